@@ -1,0 +1,1 @@
+"""approvals: the domain and agent-facing library of approval-bot (no Slack, no bot)."""

@@ -1,0 +1,36 @@
+"""Creating the one Redis client a process uses (bounded blocking pool, sane timeouts)."""
+
+from __future__ import annotations
+
+from redis.asyncio import BlockingConnectionPool, Redis
+
+#: Connections one client may open; callers past it wait (up to `pool_timeout`).
+DEFAULT_MAX_CONNECTIONS = 32
+
+
+def connect(
+    url: str,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float = 20.0,
+    client_name: str | None = "approval-bot",
+) -> Redis:
+    """A client on a bounded *blocking* pool.
+
+    redis-py's default pool raises `MaxConnectionsError` when exhausted; this
+    one makes callers wait instead. `socket_timeout` is off so blocking
+    commands (XREADGROUP BLOCK, pub/sub reads) are bounded by their own
+    timeouts rather than cut at redis-py's default 5 s; connects still time out.
+    """
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=pool_timeout,
+        socket_timeout=None,
+        socket_connect_timeout=5.0,
+        socket_keepalive=True,
+        health_check_interval=30,
+        client_name=client_name,
+        decode_responses=True,
+    )
+    return Redis.from_pool(pool)  # closing the client closes the pool

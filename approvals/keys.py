@@ -1,0 +1,71 @@
+"""Every Redis key name and its time-to-live; no key is spelled anywhere else.
+
+For Redis Cluster, give a prefix with a hash tag (e.g. ``{approvals}``): all
+keys then share one slot and every Lua script stays legal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: How long a decided request (and its audit trail) is kept: 30 days.
+DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
+#: A request with no deadline of its own expires after this long.
+DEFAULT_DEADLINE_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Builds the key names under one prefix."""
+
+    prefix: str = "approvals"
+    retention_seconds: int = DEFAULT_RETENTION_SECONDS
+
+    def request(self, request_id: str) -> str:
+        """Hash: status, data (request JSON), decision JSON, message JSON, votes JSON."""
+        return f"{self.prefix}:req:{request_id}"
+
+    def call(self, call_id: str) -> str:
+        """String: the request id created for an agent's call_id (idempotent create)."""
+        return f"{self.prefix}:call:{call_id}"
+
+    @property
+    def pending(self) -> str:
+        """Sorted set: pending request ids scored by creation time."""
+        return f"{self.prefix}:pending"
+
+    @property
+    def deadlines(self) -> str:
+        """Sorted set: pending request ids scored by deadline (epoch seconds)."""
+        return f"{self.prefix}:deadlines"
+
+    @property
+    def outbox(self) -> str:
+        """Stream: work for Slack (post / update), read by the bot's consumer group."""
+        return f"{self.prefix}:outbox"
+
+    @property
+    def audit(self) -> str:
+        """Stream: one entry per transition (who, what, when, via)."""
+        return f"{self.prefix}:audit"
+
+    @property
+    def decided_channel(self) -> str:
+        """Pub/sub channel: a request id is published when it leaves pending."""
+        return f"{self.prefix}:decided"
+
+    def grant(self, session_id: str, tool_name: str) -> str:
+        """String: an approve-for-session grant for (session, tool)."""
+        return f"{self.prefix}:grant:{session_id}:{tool_name}"
+
+    def usergroup(self, group_id: str) -> str:
+        """Set: cached members of a Slack user group."""
+        return f"{self.prefix}:ugroup:{group_id}"
+
+    def lock(self, name: str) -> str:
+        """String: a short-lived lock (e.g. the sweeper's)."""
+        return f"{self.prefix}:lock:{name}"
+
+    def pattern(self) -> str:
+        """Glob matching every key under this prefix (tests, cleanup)."""
+        return f"{self.prefix}:*"

@@ -1,0 +1,268 @@
+"""The approvals domain models: configs, reviewed events, requests, decisions.
+
+Everything stored in Redis or sent over HTTP is one of these pydantic models,
+serialised with `model_dump_json` and read back with `model_validate_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from approvals.errors import InvalidRequest, PayloadTooLarge
+
+Kind = Literal["approval", "choice", "input"]
+Sensitivity = Literal["low", "pii", "secret"]
+EventKind = Literal["tool", "command", "file", "permissions"]
+Status = Literal["pending", "approved", "denied", "expired", "cancelled", "error"]
+Outcome = Literal["approve", "deny", "error"]
+
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"approved", "denied", "expired", "cancelled", "error"}
+)
+
+#: The largest serialised event (tool arguments included) the store accepts.
+MAX_EVENT_BYTES = 256 * 1024
+#: Longest free text a reviewer or caller may attach (reason, input, prompt).
+MAX_TEXT = 3000
+#: Slack shows at most this many characters on a button.
+MAX_OPTION_LEN = 75
+MAX_OPTIONS = 100
+#: Upper bound on a request's deadline: one week.
+MAX_DEADLINE_SECONDS = 7 * 24 * 3600
+
+_STRICT = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A request id: short, URL-safe, unguessable (it is a capability in links)."""
+    return "apr_" + secrets.token_urlsafe(12)
+
+
+class ApprovalConfig(BaseModel):
+    """How a gated call is reviewed (DESIGN.md §1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Kind = "approval"
+    sensitivity: Sensitivity = "low"
+    deadline_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    options: tuple[str, ...] | None = None
+    allow_for_session: bool = False
+
+    @field_validator("options")
+    @classmethod
+    def _check_options(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not 1 <= len(value) <= MAX_OPTIONS:
+            raise ValueError(f"options must hold 1 to {MAX_OPTIONS} entries")
+        for option in value:
+            if not option.strip() or len(option) > MAX_OPTION_LEN:
+                raise ValueError(f"each option must be 1 to {MAX_OPTION_LEN} characters")
+        if len(set(value)) != len(value):
+            raise ValueError("options must be unique")
+        return value
+
+    @model_validator(mode="after")
+    def _options_match_kind(self) -> ApprovalConfig:
+        if self.kind == "choice" and not self.options:
+            raise ValueError("kind 'choice' needs a non-empty 'options' list")
+        if self.kind != "choice" and self.options:
+            raise ValueError(f"'options' only applies to kind 'choice', not {self.kind!r}")
+        return self
+
+
+def normalize_config(value: bool | ApprovalConfig | dict[str, Any] | None) -> ApprovalConfig | None:
+    """`True` → the default config; a config (or its dict form) as is; `False`/`None` → no gate."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ApprovalConfig()
+    if isinstance(value, ApprovalConfig):
+        return value
+    if isinstance(value, dict):
+        try:
+            return ApprovalConfig.model_validate(value)
+        except ValidationError as e:
+            raise InvalidRequest(f"invalid approval config: {e}", details=e.errors()) from e
+    raise InvalidRequest(
+        f"require_approval takes True, False, None or an ApprovalConfig, not {type(value).__name__}"
+    )
+
+
+class ApprovalEvent(BaseModel):
+    """What an agent is about to do: a tool call, a command, a file write or a permission ask."""
+
+    model_config = _STRICT
+
+    kind: EventKind = "tool"
+    tool_name: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = Field(default=None, min_length=1, max_length=200)
+    session_id: str | None = Field(default=None, max_length=200)
+    agent: str | None = Field(default=None, max_length=200)
+    cwd: str | None = Field(default=None, max_length=4096)
+    command: str | None = Field(default=None, max_length=MAX_EVENT_BYTES)
+    path: str | None = Field(default=None, max_length=4096)
+    permissions: dict[str, Any] | None = None
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_object(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError(f"arguments must be a JSON object, not {type(value).__name__}")
+        return value
+
+
+def default_prompt(tool_name: str, arguments: dict[str, Any]) -> str:
+    """`Approve <tool>(<args>)?` rendered from the parsed arguments."""
+    args = ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in arguments.items())
+    prompt = f"Approve {tool_name}({args})?"
+    if len(prompt) > MAX_TEXT:
+        prompt = prompt[: MAX_TEXT - 5] + "…)?"
+    return prompt
+
+
+class Decision(BaseModel):
+    """How a request ended: approve (with input / selection / for_session), deny, or error."""
+
+    model_config = _STRICT
+
+    outcome: Outcome
+    reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    input: str | None = Field(default=None, max_length=MAX_TEXT)
+    selection: str | None = Field(default=None, max_length=MAX_OPTION_LEN)
+    for_session: bool = False
+    decided_by: str | None = Field(default=None, max_length=200)
+    decided_at: datetime = Field(default_factory=utcnow)
+    via: str = Field(default="api", max_length=50)
+
+    @classmethod
+    def approve(
+        cls,
+        *,
+        by: str | None = None,
+        via: str = "api",
+        input: str | None = None,
+        selection: str | None = None,
+        for_session: bool = False,
+    ) -> Decision:
+        return cls(
+            outcome="approve", decided_by=by, via=via, input=input,
+            selection=selection, for_session=for_session,
+        )
+
+    @classmethod
+    def deny(cls, reason: str | None = None, *, by: str | None = None, via: str = "api") -> Decision:
+        return cls(outcome="deny", reason=reason, decided_by=by, via=via)
+
+    @classmethod
+    def error(cls, reason: str, *, by: str | None = None, via: str = "system") -> Decision:
+        return cls(outcome="error", reason=reason[:MAX_TEXT], decided_by=by, via=via)
+
+
+class Vote(BaseModel):
+    """One reviewer's vote towards a quorum."""
+
+    model_config = _STRICT
+
+    user: str
+    outcome: Literal["approve", "deny"]
+    at: datetime = Field(default_factory=utcnow)
+    reason: str | None = None
+
+
+class SlackMessage(BaseModel):
+    """Where a request's Slack message was posted."""
+
+    model_config = _STRICT
+
+    channel: str
+    ts: str
+
+
+class ApprovalRequest(BaseModel):
+    """A gated call awaiting (or past) review, as stored in Redis."""
+
+    model_config = _STRICT
+
+    id: str = Field(default_factory=new_id)
+    event: ApprovalEvent
+    config: ApprovalConfig = Field(default_factory=ApprovalConfig)
+    prompt: str = ""
+    route: str = "default"
+    channel: str | None = None
+    reviewers: tuple[str, ...] = ()
+    requester: str | None = None
+    quorum: int = Field(default=1, ge=1, le=20)
+    created_at: datetime = Field(default_factory=utcnow)
+    deadline_at: datetime | None = None
+    status: Status = "pending"
+    decision: Decision | None = None
+    votes: tuple[Vote, ...] = ()
+    escalations: int = 0
+    message: SlackMessage | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fill_prompt(self) -> ApprovalRequest:
+        if not self.prompt:
+            self.prompt = self.config.prompt or default_prompt(
+                self.event.tool_name, self.event.arguments
+            )
+        return self
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == "pending"
+
+    def public(self) -> dict[str, Any]:
+        """The approval object of the HTTP API (DESIGN.md, public interface)."""
+        d = self.decision
+        return {
+            "id": self.id,
+            "status": self.status,
+            "tool_name": self.event.tool_name,
+            "arguments": self.event.arguments,
+            "kind": self.config.kind,
+            "sensitivity": self.config.sensitivity,
+            "options": list(self.config.options) if self.config.options else None,
+            "prompt": self.prompt,
+            "call_id": self.event.call_id,
+            "session_id": self.event.session_id,
+            "agent": self.event.agent,
+            "route": self.route,
+            "channel": self.channel,
+            "created_at": self.created_at.isoformat(),
+            "deadline_at": self.deadline_at.isoformat() if self.deadline_at else None,
+            "decision": d.outcome if d else None,
+            "reason": d.reason if d else None,
+            "input": d.input if d else None,
+            "selection": d.selection if d else None,
+            "for_session": d.for_session if d else False,
+            "decided_by": d.decided_by if d else None,
+            "decided_at": d.decided_at.isoformat() if d else None,
+            "via": d.via if d else None,
+            "votes": [v.model_dump(mode="json") for v in self.votes],
+            "metadata": self.metadata,
+        }
+
+
+def check_event_size(event: ApprovalEvent) -> int:
+    """Raise `PayloadTooLarge` when the serialised event passes `MAX_EVENT_BYTES`."""
+    size = len(event.model_dump_json().encode())
+    if size > MAX_EVENT_BYTES:
+        raise PayloadTooLarge(
+            f"request is {size} bytes; the limit is {MAX_EVENT_BYTES} bytes (256 KiB)"
+        )
+    return size

@@ -1,0 +1,444 @@
+"""The Redis store of approval requests: create, read, decide (Lua CAS), vote, escalate, audit.
+
+A request is one hash (`Keys.request`): `data` holds the request as created
+(JSON) and the other fields hold what changes — `status`, `decision`, `route`,
+`channel`, `deadline`, `quorum`, `reviewers`, `escalations`, `message`,
+`vote:<user>`. Every change of state is one Lua script (`approvals/lua/`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any, Literal, TypeVar, cast
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from approvals.errors import NotFound, StoreUnavailable
+from approvals.keys import DEFAULT_DEADLINE_SECONDS, Keys
+from approvals.models import (
+    ApprovalRequest,
+    Decision,
+    SlackMessage,
+    Status,
+    Vote,
+    check_event_size,
+)
+
+log = logging.getLogger(__name__)
+
+SCRIPT_NAMES = ("create", "resolve", "set_fields", "vote", "escalate")
+OUTBOX_MAXLEN = 100_000
+
+_STATUS_FOR_OUTCOME: dict[str, Status] = {
+    "approve": "approved",
+    "deny": "denied",
+    "error": "error",
+}
+
+
+def load_script_source(name: str) -> str:
+    return resources.files("approvals").joinpath(f"lua/{name}.lua").read_text()
+
+
+def ts(dt: datetime) -> str:
+    """The canonical text of a timestamp in Redis (epoch seconds, microseconds)."""
+    return f"{dt.timestamp():.6f}"
+
+
+def from_ts(text: str) -> datetime:
+    return datetime.fromtimestamp(float(text), UTC)
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    request: ApprovalRequest
+    created: bool
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """`won` is true for the one caller whose transition happened; `request` is the state after."""
+
+    won: bool
+    request: ApprovalRequest
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    """`status`: `decided` (this vote decided), `recorded` (quorum not yet reached),
+    `duplicate` (this voter had voted) or `closed` (already decided by someone else)."""
+
+    status: Literal["decided", "recorded", "duplicate", "closed"]
+    request: ApprovalRequest
+    approvals: int = 0
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    entry_id: str
+    request_id: str
+    event: str
+    status: str
+    by: str
+    via: str
+    at: datetime
+    reason: str
+    route: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "entry_id": self.entry_id, "id": self.request_id, "event": self.event,
+            "status": self.status, "by": self.by, "via": self.via,
+            "at": self.at.isoformat(), "reason": self.reason, "route": self.route,
+        }
+
+
+T = TypeVar("T")
+
+
+def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    async def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            raise StoreUnavailable(f"Redis is unreachable: {e}") from e
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+class ApprovalStore:
+    """All reads and writes of approval requests. One per process, sharing one client."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        default_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.default_deadline_seconds = default_deadline_seconds
+        self.clock = clock
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES
+        }
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def _ttl(self, deadline_at: datetime) -> int:
+        remaining = max(0.0, (deadline_at - self.now()).total_seconds())
+        return int(remaining) + self.keys.retention_seconds
+
+    # -- create ----------------------------------------------------------------
+
+    @_guard
+    async def create(self, request: ApprovalRequest) -> CreateResult:
+        """Store a new pending request and queue its Slack post.
+
+        Idempotent on `event.call_id`: a second create with the same call id
+        returns the first request and writes nothing."""
+        check_event_size(request.event)
+        if request.status != "pending":
+            raise ValueError("only pending requests can be created")
+        now = self.now()
+        request = request.model_copy(update={"created_at": now})
+        if request.deadline_at is None:
+            seconds = request.config.deadline_seconds or self.default_deadline_seconds
+            request = request.model_copy(update={"deadline_at": now + timedelta(seconds=seconds)})
+        assert request.deadline_at is not None
+        request = request.model_copy(
+            update={"deadline_at": from_ts(ts(request.deadline_at))}  # canonical precision
+        )
+        call_id = request.event.call_id
+        key = self.keys.request(request.id)
+        result = await self._scripts["create"](
+            keys=[
+                key, self.keys.call(call_id) if call_id else key, self.keys.pending,
+                self.keys.deadlines, self.keys.outbox, self.keys.audit,
+            ],
+            args=[
+                request.id, request.model_dump_json(), ts(now), ts(request.deadline_at),
+                self._ttl(request.deadline_at), self.keys.retention_seconds,
+                "1" if call_id else "0", request.route, request.channel or "",
+                request.event.agent or request.requester or "", OUTBOX_MAXLEN,
+                request.quorum, json.dumps(list(request.reviewers)),
+            ],
+        )
+        created, request_id = int(result[0]), str(result[1])
+        if created:
+            log.info("request created id=%s tool=%s route=%s", request_id,
+                     request.event.tool_name, request.route)
+            return CreateResult(request, True)
+        try:
+            existing = await self.get(request_id)
+        except NotFound:
+            # The call-id marker outlived its (expired) request: forget it and create anew.
+            assert call_id is not None
+            await self.redis.delete(self.keys.call(call_id))
+            return await self.create(request)
+        log.info("request reused id=%s call_id=%s", request_id, call_id)
+        return CreateResult(existing, False)
+
+    # -- read ------------------------------------------------------------------
+
+    @_guard
+    async def get(self, request_id: str) -> ApprovalRequest:
+        """The request as it is now; `NotFound` if unknown or expired."""
+        found = await self.get_many([request_id])
+        request = found.get(request_id)
+        if request is None:
+            raise NotFound(f"no approval request with id {request_id!r}")
+        return request
+
+    @_guard
+    async def get_many(self, request_ids: Iterable[str]) -> dict[str, ApprovalRequest]:
+        """The requests that exist among `request_ids`, in one round trip."""
+        ids = list(dict.fromkeys(request_ids))
+        if not ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for request_id in ids:
+                pipe.hgetall(self.keys.request(request_id))
+            rows = await pipe.execute()
+        return {i: self._from_hash(row) for i, row in zip(ids, rows, strict=True) if row}
+
+    @_guard
+    async def status_many(self, request_ids: Iterable[str]) -> dict[str, str | None]:
+        """Just the status of each id (None when unknown), in one round trip."""
+        ids = list(dict.fromkeys(request_ids))
+        if not ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for request_id in ids:
+                pipe.hget(self.keys.request(request_id), "status")
+            rows = await pipe.execute()
+        return dict(zip(ids, rows, strict=True))
+
+    def _from_hash(self, row: dict[str, str]) -> ApprovalRequest:
+        request = ApprovalRequest.model_validate_json(row["data"])
+        update: dict[str, Any] = {"status": row.get("status", request.status)}
+        if row.get("decision"):
+            update["decision"] = Decision.model_validate_json(row["decision"])
+        if row.get("message"):
+            update["message"] = SlackMessage.model_validate_json(row["message"])
+        if "route" in row:
+            update["route"] = row["route"]
+        if "channel" in row:
+            update["channel"] = row["channel"] or None
+        if row.get("deadline"):
+            update["deadline_at"] = from_ts(row["deadline"])
+        if row.get("quorum"):
+            update["quorum"] = int(row["quorum"])
+        if row.get("reviewers"):
+            update["reviewers"] = tuple(json.loads(row["reviewers"]))
+        if row.get("escalations"):
+            update["escalations"] = int(row["escalations"])
+        votes = [Vote.model_validate_json(v) for k, v in row.items() if k.startswith("vote:")]
+        if votes:
+            update["votes"] = tuple(sorted(votes, key=lambda v: v.at))
+        return request.model_copy(update=update)
+
+    @_guard
+    async def list_pending(self, limit: int = 100) -> list[ApprovalRequest]:
+        """Pending requests, oldest first."""
+        ids = await self.redis.zrange(self.keys.pending, 0, max(0, limit - 1))
+        found = await self.get_many(ids)
+        return [found[i] for i in ids if i in found and found[i].is_pending]
+
+    @_guard
+    async def due(self, now: datetime | None = None, limit: int = 100) -> list[str]:
+        """Ids of pending requests whose deadline has passed."""
+        moment = (now or self.now()).timestamp()
+        return list(await self.redis.zrangebyscore(self.keys.deadlines, "-inf", moment,
+                                                   start=0, num=limit))
+
+    # -- decide ----------------------------------------------------------------
+
+    @_guard
+    async def resolve(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        status: Status | None = None,
+        expected_deadline: datetime | None = None,
+    ) -> ResolveResult:
+        """Move a pending request to a terminal status. Exactly one concurrent caller wins;
+        the others get `won=False` and the request as the winner left it.
+
+        `expected_deadline` makes the move conditional on the deadline being unchanged
+        (a sweeper must not expire a request that was just escalated)."""
+        new_status = status or _STATUS_FOR_OUTCOME[decision.outcome]
+        if new_status == "pending":
+            raise ValueError("cannot resolve to pending")
+        now = self.now()
+        result = await self._scripts["resolve"](
+            keys=[
+                self.keys.request(request_id), self.keys.pending, self.keys.deadlines,
+                self.keys.outbox, self.keys.audit,
+            ],
+            args=[
+                request_id, new_status, decision.model_dump_json(), ts(now),
+                self.keys.retention_seconds, self.keys.decided_channel,
+                decision.decided_by or "", decision.via, decision.reason or "", OUTBOX_MAXLEN,
+                ts(expected_deadline) if expected_deadline else "",
+            ],
+        )
+        code = int(result[0])
+        if code == -1:
+            raise NotFound(f"no approval request with id {request_id!r}")
+        request = await self.get(request_id)
+        if code == 1:
+            log.info("request decided id=%s status=%s by=%s via=%s", request_id, new_status,
+                     decision.decided_by, decision.via)
+        return ResolveResult(code == 1, request)
+
+    async def cancel(
+        self, request_id: str, *, by: str | None = None, reason: str | None = None,
+        via: str = "api",
+    ) -> ResolveResult:
+        """Withdraw a pending request (the agent no longer needs it)."""
+        decision = Decision.deny(reason or "cancelled", by=by, via=via)
+        return await self.resolve(request_id, decision, status="cancelled")
+
+    @_guard
+    async def vote(
+        self,
+        request_id: str,
+        user: str,
+        outcome: Literal["approve", "deny"],
+        *,
+        reason: str | None = None,
+        via: str = "slack",
+        input: str | None = None,
+        selection: str | None = None,
+        for_session: bool = False,
+    ) -> VoteResult:
+        """Count one reviewer's vote; any deny denies, `quorum` approvals approve.
+        Each reviewer counts once (a second vote is `duplicate` and changes nothing)."""
+        now = self.now()
+        vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
+        if outcome == "approve":
+            decision = Decision.approve(by=user, via=via, input=input, selection=selection,
+                                        for_session=for_session)
+        else:
+            decision = Decision.deny(reason, by=user, via=via)
+        result = await self._scripts["vote"](
+            keys=[
+                self.keys.request(request_id), self.keys.pending, self.keys.deadlines,
+                self.keys.outbox, self.keys.audit,
+            ],
+            args=[
+                request_id, user, outcome, vote.model_dump_json(), decision.model_dump_json(),
+                ts(now), self.keys.retention_seconds, self.keys.decided_channel, via,
+                reason or "", OUTBOX_MAXLEN,
+            ],
+        )
+        code = int(result[0])
+        if code == -1:
+            raise NotFound(f"no approval request with id {request_id!r}")
+        request = await self.get(request_id)
+        kinds: dict[int, Literal["decided", "recorded", "duplicate", "closed"]] = {
+            1: "decided", 0: "closed", 2: "duplicate", 3: "recorded",
+        }
+        approvals = sum(1 for v in request.votes if v.outcome == "approve")
+        return VoteResult(kinds[code], request, approvals)
+
+    @_guard
+    async def escalate(
+        self,
+        request: ApprovalRequest,
+        *,
+        route: str,
+        channel: str,
+        deadline_at: datetime,
+        quorum: int,
+        reviewers: Iterable[str],
+    ) -> bool:
+        """Move a pending request whose deadline passed to another route; false if it was
+        decided or moved meanwhile (conditional on its deadline being unchanged)."""
+        if request.deadline_at is None:
+            raise ValueError("request has no deadline")
+        result = await self._scripts["escalate"](
+            keys=[
+                self.keys.request(request.id), self.keys.deadlines, self.keys.outbox,
+                self.keys.audit,
+            ],
+            args=[
+                request.id, ts(request.deadline_at), route, channel, ts(deadline_at), quorum,
+                json.dumps(list(reviewers)), ts(self.now()), self._ttl(deadline_at),
+                OUTBOX_MAXLEN,
+            ],
+        )
+        moved = int(result[0]) == 1
+        if moved:
+            log.info("request escalated id=%s route=%s channel=%s", request.id, route, channel)
+        return moved
+
+    # -- Slack bookkeeping -------------------------------------------------------
+
+    @_guard
+    async def set_message(self, request_id: str, message: SlackMessage) -> bool:
+        """Record where the request's Slack message is; false if the request is gone."""
+        written = await self._scripts["set_fields"](
+            keys=[self.keys.request(request_id)], args=["message", message.model_dump_json()],
+        )
+        return bool(written)
+
+    # -- session grants ------------------------------------------------------------
+
+    @_guard
+    async def put_grant(self, session_id: str, tool_name: str, request: ApprovalRequest,
+                        ttl_seconds: int) -> None:
+        """Remember an approve-for-session decision for (session, tool)."""
+        grant = {"request_id": request.id,
+                 "decided_by": request.decision.decided_by if request.decision else None,
+                 "granted_at": ts(self.now())}
+        await self.redis.set(self.keys.grant(session_id, tool_name), json.dumps(grant),
+                             ex=max(1, ttl_seconds))
+
+    @_guard
+    async def get_grant(self, session_id: str, tool_name: str) -> dict[str, Any] | None:
+        raw = await self.redis.get(self.keys.grant(session_id, tool_name))
+        return cast(dict[str, Any], json.loads(raw)) if raw else None
+
+    # -- audit -------------------------------------------------------------------------
+
+    @_guard
+    async def audit_entries(
+        self, *, since: datetime | None = None, request_id: str | None = None,
+        count: int = 10_000,
+    ) -> list[AuditEntry]:
+        """Audit entries, oldest first; `since` filters by time, `request_id` by request."""
+        start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
+        rows = await self.redis.xrange(self.keys.audit, min=start, max="+", count=count)
+        entries = [
+            AuditEntry(
+                entry_id=entry_id, request_id=f.get("id", ""), event=f.get("event", ""),
+                status=f.get("status", ""), by=f.get("by", ""), via=f.get("via", ""),
+                at=from_ts(f["at"]) if f.get("at") else self.now(),
+                reason=f.get("reason", ""), route=f.get("route", ""),
+            )
+            for entry_id, f in rows
+        ]
+        if request_id:
+            entries = [e for e in entries if e.request_id == request_id]
+        return entries
+
+    @_guard
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())

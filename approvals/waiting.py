@@ -1,0 +1,208 @@
+"""Waking waiting agents: one pub/sub connection per process fans decisions out to futures.
+
+The store publishes a request id on `Keys.decided_channel` when it leaves
+`pending`. A `Waiter` holds one subscription and one checker task; `wait(id)`
+registers a future, *then* asks the checker to read the state, so a decision
+made before the wait began is found by the read and one made after is found
+by the message. Whenever the subscription is (re)established — the server
+confirms SUBSCRIBE — and on a slow periodic tick, every waited id is read
+again, so a decision published while the connection was down is never missed.
+All reads are batched into one pipeline, so Redis connections stay constant
+in the number of waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import defaultdict
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from approvals.errors import ApprovalTimeout, NotFound
+from approvals.keys import Keys
+from approvals.models import ApprovalRequest
+from approvals.store import ApprovalStore
+
+log = logging.getLogger(__name__)
+
+_REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class Waiter:
+    """Waits for requests to leave `pending`, for any number of in-process callers."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        store: ApprovalStore | None = None,
+        recheck_interval: float = 10.0,
+        batch_size: int = 500,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.store = store or ApprovalStore(redis, keys)
+        self.recheck_interval = recheck_interval
+        self.batch_size = batch_size
+        self._futures: dict[str, set[asyncio.Future[ApprovalRequest]]] = defaultdict(set)
+        self._to_check: set[str] = set()
+        self._check_wanted = asyncio.Event()
+        self._subscribed = asyncio.Event()
+        self._pubsub: PubSub | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.subscriptions = 0  # how often SUBSCRIBE was confirmed (1 + reconnects)
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(f) for f in self._futures.values())
+
+    async def start(self) -> None:
+        """Subscribe and start the listener and checker; returns once subscribed."""
+        if self._tasks:
+            return
+        self._pubsub = self.redis.pubsub()
+        await self._pubsub.subscribe(self.keys.decided_channel)
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="waiter-listen"),
+            asyncio.create_task(self._check_loop(), name="waiter-check"),
+            asyncio.create_task(self._tick(), name="waiter-tick"),
+        ]
+        await self._subscribed.wait()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+            self._pubsub = None
+        for futures in self._futures.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.cancel()
+        self._futures.clear()
+
+    async def __aenter__(self) -> Waiter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait(self, request_id: str, timeout: float | None) -> ApprovalRequest:
+        """The request once it is no longer pending; `ApprovalTimeout` when `timeout` passes
+        first, `NotFound` for an unknown id."""
+        if not self._tasks:
+            await self.start()
+        fut: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
+        self._futures[request_id].add(fut)
+        self._request_check([request_id])
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError as e:
+            raise ApprovalTimeout(
+                f"no decision on {request_id} within {timeout:g} s"
+            ) from e
+        finally:
+            waiters = self._futures.get(request_id)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._futures[request_id]
+            if not fut.done():
+                fut.cancel()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _request_check(self, ids: list[str]) -> None:
+        self._to_check.update(ids)
+        self._check_wanted.set()
+
+    async def _listen(self) -> None:
+        assert self._pubsub is not None
+        backoff = 0.1
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=1.0)
+                backoff = 0.1
+            except _REDIS_ERRORS as e:
+                log.warning("waiter subscription lost error=%r retry_in=%.1fs", e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if message is None:
+                continue
+            kind = message.get("type")
+            if kind == "subscribe":
+                # (Re)subscribed: anything published while we were away must be re-read.
+                self.subscriptions += 1
+                self._subscribed.set()
+                if self.subscriptions > 1:
+                    log.info("waiter resubscribed waiting=%d", self.waiting)
+                self._request_check(list(self._futures))
+            elif kind == "message":
+                request_id = message.get("data")
+                if isinstance(request_id, str) and request_id in self._futures:
+                    self._request_check([request_id])
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.recheck_interval)
+            if self._futures:
+                self._request_check(list(self._futures))
+
+    async def _check_loop(self) -> None:
+        while True:
+            await self._check_wanted.wait()
+            self._check_wanted.clear()
+            while self._to_check:
+                chunk = list(itertools.islice(self._to_check, self.batch_size))
+                self._to_check.difference_update(chunk)
+                batch = [i for i in chunk if i in self._futures]
+                if not batch:
+                    continue
+                try:
+                    await self._check(batch)
+                except _REDIS_ERRORS as e:
+                    log.warning("waiter check failed error=%r ids=%d", e, len(batch))
+                    self._to_check.update(batch)
+                    await asyncio.sleep(0.5)
+                except Exception:
+                    log.exception("waiter check crashed ids=%d", len(batch))
+                    await asyncio.sleep(0.5)
+
+    async def _check(self, ids: list[str]) -> None:
+        statuses = await self.store.status_many(ids)
+        done = [i for i, s in statuses.items() if s is not None and s != "pending"]
+        missing = [i for i, s in statuses.items() if s is None]
+        found = await self.store.get_many(done) if done else {}
+        for request_id, request in found.items():
+            self._settle(request_id, result=request)
+        for request_id in missing:
+            self._settle(request_id, error=NotFound(f"no approval request with id {request_id!r}"))
+
+    def _settle(
+        self,
+        request_id: str,
+        *,
+        result: ApprovalRequest | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        for fut in self._futures.get(request_id, ()):
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)  # type: ignore[arg-type]

@@ -1,0 +1,247 @@
+"""The Redis store against a real server: create, resolve races, cancel, expiry, TTLs, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import timedelta
+
+import pytest
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from approvals.errors import NotFound, PayloadTooLarge
+from approvals.keys import Keys
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.store import SCRIPT_NAMES, ApprovalStore, load_script_source
+
+
+def make_request(tool: str = "deploy", call_id: str | None = None, **kw: object) -> ApprovalRequest:
+    event = ApprovalEvent(tool_name=tool, arguments={"env": "prod"}, call_id=call_id)
+    return ApprovalRequest(event=event, **kw)  # type: ignore[arg-type]
+
+
+async def all_keys(redis: Redis, keys: Keys) -> list[str]:
+    return [k async for k in redis.scan_iter(match=keys.pattern(), count=1000)]
+
+
+async def test_every_lua_script_loads(redis: Redis) -> None:
+    for name in SCRIPT_NAMES:
+        sha = await redis.script_load(load_script_source(name))
+        assert len(sha) == 40, name
+        assert (await redis.script_exists(sha)) == [True]
+
+
+async def test_create_writes_request_deadline_outbox_and_audit(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    result = await store.create(make_request(config=ApprovalConfig(deadline_seconds=60)))
+    assert result.created
+    req = await store.get(result.request.id)
+    assert req.status == "pending"
+    assert req.prompt == 'Approve deploy(env="prod")?'
+    assert req.deadline_at is not None
+    assert 59 <= (req.deadline_at - req.created_at).total_seconds() <= 60
+    assert await redis.zscore(keys.deadlines, req.id) == pytest.approx(
+        req.deadline_at.timestamp(), abs=1e-3
+    )
+    outbox = await redis.xrange(keys.outbox)
+    assert [(f["op"], f["id"]) for _, f in outbox] == [("post", req.id)]
+    audit = await store.audit_entries()
+    assert [(e.request_id, e.event) for e in audit] == [(req.id, "created")]
+    assert [r.id for r in await store.list_pending()] == [req.id]
+
+
+async def test_create_is_idempotent_on_call_id(store: ApprovalStore, redis: Redis,
+                                               keys: Keys) -> None:
+    first = await store.create(make_request(call_id="call-1"))
+    second = await store.create(make_request(call_id="call-1"))
+    assert first.created and not second.created
+    assert second.request.id == first.request.id
+    assert len(await redis.xrange(keys.outbox)) == 1, "no second Slack post queued"
+    assert len(await store.audit_entries()) == 1
+    assert len([k for k in await all_keys(redis, keys) if ":req:" in k]) == 1
+    other = await store.create(make_request(call_id="call-2"))
+    assert other.created and other.request.id != first.request.id
+
+
+async def test_concurrent_creates_with_one_call_id_make_one_request(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    results = await asyncio.gather(*(store.create(make_request(call_id="same")) for _ in range(30)))
+    assert sum(r.created for r in results) == 1
+    assert len({r.request.id for r in results}) == 1
+    assert len(await redis.xrange(keys.outbox)) == 1
+
+
+async def test_stale_call_id_marker_does_not_block_a_new_request(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    first = await store.create(make_request(call_id="c"))
+    await redis.delete(keys.request(first.request.id))  # the request expired, the marker did not
+    again = await store.create(make_request(call_id="c"))
+    assert again.created and again.request.id != first.request.id
+
+
+async def test_fifty_racing_deciders_one_winner(store: ApprovalStore, redis: Redis,
+                                                keys: Keys) -> None:
+    req = (await store.create(make_request())).request
+    rng = random.Random(7)
+
+    async def decide(n: int):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(rng.random() / 1000)
+        kind = n % 3
+        if kind == 0:
+            return await store.resolve(req.id, Decision.approve(by=f"U{n}", via="slack"))
+        if kind == 1:
+            return await store.resolve(req.id, Decision.deny(f"no {n}", by=f"U{n}", via="slack"))
+        return await store.resolve(req.id, Decision.deny("approval timeout", by="system",
+                                                         via="timeout"), status="expired")
+
+    results = await asyncio.gather(*(decide(n) for n in range(50)))
+    winners = [r for r in results if r.won]
+    assert len(winners) == 1
+    final = winners[0].request
+    assert final.status in {"approved", "denied", "expired"}
+    for loser in (r for r in results if not r.won):
+        assert loser.request.status == final.status
+        assert loser.request.decision == final.decision, "every loser learns who won"
+    transitions = [e for e in await store.audit_entries() if e.event != "created"]
+    assert len(transitions) == 1
+    assert transitions[0].status == final.status
+    assert transitions[0].by == (final.decision.decided_by if final.decision else None)
+    assert await redis.zscore(keys.deadlines, req.id) is None
+    assert await redis.zscore(keys.pending, req.id) is None
+
+
+async def test_resolve_unknown_id_is_not_found(store: ApprovalStore) -> None:
+    with pytest.raises(NotFound, match="apr_nope"):
+        await store.resolve("apr_nope", Decision.approve())
+    with pytest.raises(NotFound):
+        await store.get("apr_nope")
+
+
+async def test_cancel_then_decide_loses(store: ApprovalStore) -> None:
+    req = (await store.create(make_request())).request
+    cancelled = await store.cancel(req.id, by="agent-1", reason="no longer needed")
+    assert cancelled.won and cancelled.request.status == "cancelled"
+    assert cancelled.request.decision is not None
+    assert cancelled.request.decision.reason == "no longer needed"
+    late = await store.resolve(req.id, Decision.approve(by="U1"))
+    assert not late.won and late.request.status == "cancelled"
+    again = await store.cancel(req.id)
+    assert not again.won
+
+
+async def test_due_lists_only_overdue_pending(store: ApprovalStore) -> None:
+    soon = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=1)))).request
+    later = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=600)))).request
+    assert await store.due() == []
+    assert soon.deadline_at is not None
+    due = await store.due(now=soon.deadline_at + timedelta(seconds=1))
+    assert due == [soon.id]
+    result = await store.resolve(soon.id, Decision.deny("approval timeout", via="timeout"),
+                                 status="expired", expected_deadline=soon.deadline_at)
+    assert result.won and result.request.status == "expired"
+    assert await store.due(now=soon.deadline_at + timedelta(days=2)) == [later.id]
+
+
+async def test_expiry_is_conditional_on_the_deadline(store: ApprovalStore) -> None:
+    req = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=5)))).request
+    assert req.deadline_at is not None
+    stale = req.deadline_at - timedelta(seconds=3)
+    result = await store.resolve(req.id, Decision.deny("approval timeout", via="timeout"),
+                                 status="expired", expected_deadline=stale)
+    assert not result.won and result.request.status == "pending"
+
+
+async def test_every_key_written_has_a_ttl(store: ApprovalStore, redis: Redis,
+                                           keys: Keys) -> None:
+    a = (await store.create(make_request(call_id="x"))).request
+    b = (await store.create(make_request(quorum=2))).request
+    await store.resolve(a.id, Decision.approve(by="U1"))
+    await store.vote(b.id, "U2", "approve")
+    await store.put_grant("s1", "deploy", a, 60)
+    written = await all_keys(redis, keys)
+    assert len(written) >= 7
+    for key in written:
+        ttl = await redis.ttl(key)
+        assert ttl > 0, f"{key} has no TTL ({ttl})"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "vote"},
+        {"sensitivity": "top-secret"},
+        {"kind": "choice"},
+        {"kind": "approval", "options": ["a"]},
+        {"deadline_seconds": -1},
+        {"deadline_seconds": 10**9},
+        {"colour": "red"},
+    ],
+)
+def test_invalid_config_is_rejected(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        ApprovalConfig.model_validate(bad)
+
+
+@pytest.mark.parametrize("arguments", [[1, 2], "rm -rf /", 42, None])
+def test_arguments_must_be_an_object(arguments: object) -> None:
+    with pytest.raises(ValidationError, match="arguments must be a JSON object"):
+        ApprovalEvent(tool_name="x", arguments=arguments)  # type: ignore[arg-type]
+
+
+async def test_oversized_request_is_rejected_and_nothing_written(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    event = ApprovalEvent(tool_name="upload", arguments={"blob": "x" * (256 * 1024 + 1)})
+    with pytest.raises(PayloadTooLarge, match="256 KiB"):
+        await store.create(ApprovalRequest(event=event))
+    assert await all_keys(redis, keys) == []
+
+
+async def test_quorum_votes_race_and_count_once(store: ApprovalStore) -> None:
+    req = (await store.create(make_request(quorum=3))).request
+    first = await store.vote(req.id, "U1", "approve")
+    assert first.status == "recorded" and first.approvals == 1
+    dup = await store.vote(req.id, "U1", "approve")
+    assert dup.status == "duplicate" and dup.approvals == 1
+    results = await asyncio.gather(*(store.vote(req.id, f"U{n}", "approve") for n in range(2, 12)))
+    decided = [r for r in results if r.status == "decided"]
+    assert len(decided) == 1
+    final = await store.get(req.id)
+    assert final.status == "approved"
+    assert final.decision is not None and final.decision.decided_by == decided[0].request.decision.decided_by  # type: ignore[union-attr]
+    assert sum(1 for v in final.votes if v.outcome == "approve") == 3
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["closed"] * 8 + ["decided", "recorded"]
+
+
+async def test_any_deny_vote_denies(store: ApprovalStore) -> None:
+    req = (await store.create(make_request(quorum=2))).request
+    await store.vote(req.id, "U1", "approve")
+    result = await store.vote(req.id, "U2", "deny", reason="not on a Friday")
+    assert result.status == "decided"
+    assert result.request.status == "denied"
+    assert result.request.decision is not None
+    assert result.request.decision.reason == "not on a Friday"
+
+
+async def test_escalate_moves_route_and_resets_deadline(store: ApprovalStore,
+                                                        redis: Redis, keys: Keys) -> None:
+    req = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=1),
+                                           channel="C1", quorum=2))).request
+    await store.vote(req.id, "U1", "approve")
+    assert req.deadline_at is not None
+    new_deadline = req.deadline_at + timedelta(minutes=5)
+    moved = await store.escalate(req, route="oncall", channel="C2", deadline_at=new_deadline,
+                                 quorum=1, reviewers=["U9"])
+    assert moved
+    after = await store.get(req.id)
+    assert (after.route, after.channel, after.quorum, after.reviewers) == ("oncall", "C2", 1, ("U9",))
+    assert after.escalations == 1 and after.votes == ()
+    assert not await store.escalate(req, route="x", channel="C3", deadline_at=new_deadline,
+                                    quorum=1, reviewers=[]), "stale deadline: no second move"
+    ops = [f["op"] for _, f in await redis.xrange(keys.outbox)]
+    assert ops[-2:] == ["escalated", "post"]

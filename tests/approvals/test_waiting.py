@@ -1,0 +1,150 @@
+"""Waking waiters: fan-out, connection count, and decisions published while disconnected."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from approvals.connection import connect
+from approvals.errors import ApprovalTimeout, NotFound
+from approvals.keys import Keys
+from approvals.models import ApprovalEvent, ApprovalRequest, Decision
+from approvals.store import ApprovalStore
+from approvals.waiting import Waiter
+
+
+async def new_pending(store: ApprovalStore, n: int) -> list[str]:
+    created = await asyncio.gather(
+        *(store.create(ApprovalRequest(event=ApprovalEvent(tool_name=f"t{i}"))) for i in range(n))
+    )
+    return [c.request.id for c in created]
+
+
+async def clients_named(redis: Redis, name: str) -> int:
+    return sum(1 for c in await redis.client_list() if c.get("name") == name)
+
+
+async def test_wait_returns_decision_made_after_wait_began(store: ApprovalStore, redis: Redis,
+                                                           keys: Keys) -> None:
+    (rid,) = await new_pending(store, 1)
+    async with Waiter(redis, keys, store=store) as waiter:
+        task = asyncio.create_task(waiter.wait(rid, timeout=5))
+        await asyncio.sleep(0.05)
+        assert not task.done()
+        await store.resolve(rid, Decision.approve(by="U1", input="ship it"))
+        req = await task
+    assert req.status == "approved"
+    assert req.decision is not None and req.decision.input == "ship it"
+
+
+async def test_wait_returns_decision_made_before_wait_began(store: ApprovalStore, redis: Redis,
+                                                            keys: Keys) -> None:
+    (rid,) = await new_pending(store, 1)
+    await store.resolve(rid, Decision.deny("nope", by="U1"))
+    async with Waiter(redis, keys, store=store) as waiter:
+        req = await waiter.wait(rid, timeout=2)
+    assert req.status == "denied"
+
+
+async def test_wait_times_out_and_unknown_id_is_not_found(store: ApprovalStore, redis: Redis,
+                                                          keys: Keys) -> None:
+    (rid,) = await new_pending(store, 1)
+    async with Waiter(redis, keys, store=store) as waiter:
+        with pytest.raises(ApprovalTimeout):
+            await waiter.wait(rid, timeout=0.2)
+        with pytest.raises(NotFound):
+            await waiter.wait("apr_missing", timeout=2)
+        assert waiter.waiting == 0
+
+
+async def test_thousand_waiters_wake_with_their_own_decision_on_few_connections(
+    store: ApprovalStore, redis_url: str, keys: Keys, redis: Redis
+) -> None:
+    ids = await new_pending(store, 1000)
+    name = f"waiter-{keys.prefix}"
+    wredis = connect(redis_url, max_connections=2, client_name=name)
+    waiter = Waiter(wredis, keys)
+    await waiter.start()
+    try:
+        tasks = {rid: asyncio.create_task(waiter.wait(rid, timeout=30)) for rid in ids}
+        await asyncio.sleep(0.2)
+        assert waiter.waiting == 1000
+        await asyncio.gather(*(
+            store.resolve(rid, Decision.approve(by="U1", input=rid) if i % 2 == 0
+                          else Decision.deny(f"deny {rid}", by="U2"))
+            for i, rid in enumerate(ids)
+        ))
+        results = await asyncio.gather(*tasks.values())
+        for i, (rid, req) in enumerate(zip(tasks, results, strict=True)):
+            assert req.id == rid
+            assert req.decision is not None
+            if i % 2 == 0:
+                assert req.status == "approved" and req.decision.input == rid
+            else:
+                assert req.status == "denied" and req.decision.reason == f"deny {rid}"
+        used = await clients_named(redis, name)
+        assert 1 <= used <= 3, f"waiting used {used} connections"
+    finally:
+        await waiter.stop()
+        await wredis.aclose()
+
+
+async def test_decision_published_while_subscription_is_down_is_delivered(
+    store: ApprovalStore, redis_url: str, keys: Keys, redis: Redis
+) -> None:
+    ids = await new_pending(store, 3)
+    name = f"waiter-{keys.prefix}"
+    wredis = connect(redis_url, max_connections=2, client_name=name)
+    waiter = Waiter(wredis, keys, recheck_interval=3600)  # only the reconnect can save us
+    await waiter.start()
+    try:
+        tasks = [asyncio.create_task(waiter.wait(rid, timeout=20)) for rid in ids]
+        await asyncio.sleep(0.1)
+        # Kill the pub/sub connection, and keep killing it while the decisions are published.
+        pubsub_ids = [c["id"] for c in await redis.client_list()
+                      if c.get("name") == name and int(c.get("sub", 0)) > 0]
+        assert pubsub_ids, "waiter has a subscribed connection"
+        await redis.execute_command("CLIENT", "KILL", "ID", pubsub_ids[0])
+        for rid in ids:
+            await store.resolve(rid, Decision.approve(by="U1"))
+        results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
+        assert [r.status for r in results] == ["approved"] * 3
+        assert waiter.subscriptions >= 2, "it resubscribed"
+    finally:
+        await waiter.stop()
+        await wredis.aclose()
+
+
+async def test_client_kill_type_pubsub_then_decide(store: ApprovalStore, redis_url: str,
+                                                   keys: Keys, redis: Redis) -> None:
+    (rid,) = await new_pending(store, 1)
+    wredis = connect(redis_url, max_connections=2, client_name=f"w2-{keys.prefix}")
+    waiter = Waiter(wredis, keys, recheck_interval=3600)
+    await waiter.start()
+    try:
+        task = asyncio.create_task(waiter.wait(rid, timeout=20))
+        await asyncio.sleep(0.05)
+        # Cut every pub/sub connection and decide before the waiter can resubscribe.
+        await asyncio.gather(
+            redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub"),
+            store.resolve(rid, Decision.deny("too risky", by="U7")),
+        )
+        req = await asyncio.wait_for(task, timeout=15)
+        assert req.status == "denied" and req.decision is not None
+        assert req.decision.reason == "too risky"
+    finally:
+        await waiter.stop()
+        await wredis.aclose()
+
+
+async def test_several_waiters_on_one_id_all_wake(store: ApprovalStore, redis: Redis,
+                                                  keys: Keys) -> None:
+    (rid,) = await new_pending(store, 1)
+    async with Waiter(redis, keys, store=store) as waiter:
+        tasks = [asyncio.create_task(waiter.wait(rid, timeout=5)) for _ in range(20)]
+        await asyncio.sleep(0.05)
+        await store.resolve(rid, Decision.approve(by="U1", selection="blue"))
+        results = await asyncio.gather(*tasks)
+    assert {r.decision.selection for r in results if r.decision} == {"blue"}

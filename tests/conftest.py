@@ -1,0 +1,102 @@
+"""Shared fixtures: a real Redis (REDIS_URL, or a throwaway server), per-test key prefixes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlparse
+
+import pytest
+from redis.asyncio import Redis
+
+from approvals.connection import connect
+from approvals.keys import Keys
+from approvals.store import ApprovalStore
+from bot import embedded_redis
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 6379),
+                                      timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            reply = s.recv(64)
+            return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """REDIS_URL when it answers; otherwise a throwaway server on a free port.
+    Never skips: with no server available, fails saying exactly what to install."""
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _reachable(url):
+        yield url
+        return
+    try:
+        server = embedded_redis.start()
+    except embedded_redis.NoRedisServer as e:
+        pytest.fail(f"tests need Redis and none could be started: {e}", pytrace=False)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys(prefix=f"test-{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+async def redis(redis_url: str, keys: Keys) -> AsyncIterator[Redis]:
+    client = connect(redis_url, max_connections=64, client_name="approval-bot-test")
+    try:
+        await client.ping()
+    except Exception as e:  # pragma: no cover - environment problem, reported plainly
+        pytest.fail(f"Redis at {redis_url} did not answer: {e}", pytrace=False)
+    yield client
+    await delete_prefix(client, keys)
+    await client.aclose()
+
+
+async def delete_prefix(client: Redis, keys: Keys) -> None:
+    """Remove every key under this test's prefix (never FLUSHALL a shared server)."""
+    batch: list[str] = []
+    async for key in client.scan_iter(match=keys.pattern(), count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            await client.delete(*batch)
+            batch.clear()
+    if batch:
+        await client.delete(*batch)
+
+
+@pytest.fixture
+def store(redis: Redis, keys: Keys) -> ApprovalStore:
+    return ApprovalStore(redis, keys)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def eventually(predicate, timeout: float = 5.0, interval: float = 0.01):  # type: ignore[no-untyped-def]
+    """Poll `predicate` (sync or async) until truthy; return its value or fail."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
