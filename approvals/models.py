@@ -126,7 +126,9 @@ class ApprovalEvent(BaseModel):
 
 def default_prompt(tool_name: str, arguments: dict[str, Any]) -> str:
     """`Approve <tool>(<args>)?` rendered from the parsed arguments."""
-    args = ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in arguments.items())
+    args = ", ".join(
+        f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in arguments.items()
+    )
     prompt = f"Approve {tool_name}({args})?"
     if len(prompt) > MAX_TEXT:
         prompt = prompt[: MAX_TEXT - 5] + "…)?"
@@ -158,12 +160,18 @@ class Decision(BaseModel):
         for_session: bool = False,
     ) -> Decision:
         return cls(
-            outcome="approve", decided_by=by, via=via, input=input,
-            selection=selection, for_session=for_session,
+            outcome="approve",
+            decided_by=by,
+            via=via,
+            input=input,
+            selection=selection,
+            for_session=for_session,
         )
 
     @classmethod
-    def deny(cls, reason: str | None = None, *, by: str | None = None, via: str = "api") -> Decision:
+    def deny(
+        cls, reason: str | None = None, *, by: str | None = None, via: str = "api"
+    ) -> Decision:
         return cls(outcome="deny", reason=reason, decided_by=by, via=via)
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -75,15 +76,19 @@ class Outbox:
         """Take over entries another consumer read but did not ack within `min_idle_ms`."""
         try:
             result = await self.redis.xautoclaim(
-                self.keys.outbox, self.group, self.consumer, min_idle_time=min_idle_ms,
-                start_id="0-0", count=count,
+                self.keys.outbox,
+                self.group,
+                self.consumer,
+                min_idle_time=min_idle_ms,
+                start_id="0-0",
+                count=count,
             )
         except ResponseError as e:
             if "NOGROUP" not in str(e):
                 raise
             await self.ensure_group()
             return []
-        entries = _entries(result[1])
+        entries = _entries(cast(list[tuple[str, dict[str, str]] | list[object]], result[1]))
         if entries:
             log.info("outbox entries claimed consumer=%s count=%d", self.consumer, len(entries))
         return entries

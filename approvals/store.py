@@ -96,9 +96,15 @@ class AuditEntry:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "entry_id": self.entry_id, "id": self.request_id, "event": self.event,
-            "status": self.status, "by": self.by, "via": self.via,
-            "at": self.at.isoformat(), "reason": self.reason, "route": self.route,
+            "entry_id": self.entry_id,
+            "id": self.request_id,
+            "event": self.event,
+            "status": self.status,
+            "by": self.by,
+            "via": self.via,
+            "at": self.at.isoformat(),
+            "reason": self.reason,
+            "route": self.route,
         }
 
 
@@ -167,21 +173,37 @@ class ApprovalStore:
         key = self.keys.request(request.id)
         result = await self._scripts["create"](
             keys=[
-                key, self.keys.call(call_id) if call_id else key, self.keys.pending,
-                self.keys.deadlines, self.keys.outbox, self.keys.audit,
+                key,
+                self.keys.call(call_id) if call_id else key,
+                self.keys.pending,
+                self.keys.deadlines,
+                self.keys.outbox,
+                self.keys.audit,
             ],
             args=[
-                request.id, request.model_dump_json(), ts(now), ts(request.deadline_at),
-                self._ttl(request.deadline_at), self.keys.retention_seconds,
-                "1" if call_id else "0", request.route, request.channel or "",
-                request.event.agent or request.requester or "", OUTBOX_MAXLEN,
-                request.quorum, json.dumps(list(request.reviewers)),
+                request.id,
+                request.model_dump_json(),
+                ts(now),
+                ts(request.deadline_at),
+                self._ttl(request.deadline_at),
+                self.keys.retention_seconds,
+                "1" if call_id else "0",
+                request.route,
+                request.channel or "",
+                request.event.agent or request.requester or "",
+                OUTBOX_MAXLEN,
+                request.quorum,
+                json.dumps(list(request.reviewers)),
             ],
         )
         created, request_id = int(result[0]), str(result[1])
         if created:
-            log.info("request created id=%s tool=%s route=%s", request_id,
-                     request.event.tool_name, request.route)
+            log.info(
+                "request created id=%s tool=%s route=%s",
+                request_id,
+                request.event.tool_name,
+                request.route,
+            )
             return CreateResult(request, True)
         try:
             existing = await self.get(request_id)
@@ -263,8 +285,14 @@ class ApprovalStore:
     async def due(self, now: datetime | None = None, limit: int = 100) -> list[str]:
         """Ids of pending requests whose deadline has passed."""
         moment = (now or self.now()).timestamp()
-        return list(await self.redis.zrangebyscore(self.keys.deadlines, "-inf", moment,
-                                                   start=0, num=limit))
+        return list(
+            await self.redis.zrangebyscore(self.keys.deadlines, "-inf", moment, start=0, num=limit)
+        )
+
+    @_guard
+    async def forget_deadline(self, request_id: str) -> None:
+        """Drop a deadline whose request no longer exists (it expired from Redis)."""
+        await self.redis.zrem(self.keys.deadlines, request_id)
 
     # -- decide ----------------------------------------------------------------
 
@@ -288,13 +316,23 @@ class ApprovalStore:
         now = self.now()
         result = await self._scripts["resolve"](
             keys=[
-                self.keys.request(request_id), self.keys.pending, self.keys.deadlines,
-                self.keys.outbox, self.keys.audit,
+                self.keys.request(request_id),
+                self.keys.pending,
+                self.keys.deadlines,
+                self.keys.outbox,
+                self.keys.audit,
             ],
             args=[
-                request_id, new_status, decision.model_dump_json(), ts(now),
-                self.keys.retention_seconds, self.keys.decided_channel,
-                decision.decided_by or "", decision.via, decision.reason or "", OUTBOX_MAXLEN,
+                request_id,
+                new_status,
+                decision.model_dump_json(),
+                ts(now),
+                self.keys.retention_seconds,
+                self.keys.decided_channel,
+                decision.decided_by or "",
+                decision.via,
+                decision.reason or "",
+                OUTBOX_MAXLEN,
                 ts(expected_deadline) if expected_deadline else "",
             ],
         )
@@ -303,12 +341,21 @@ class ApprovalStore:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = await self.get(request_id)
         if code == 1:
-            log.info("request decided id=%s status=%s by=%s via=%s", request_id, new_status,
-                     decision.decided_by, decision.via)
+            log.info(
+                "request decided id=%s status=%s by=%s via=%s",
+                request_id,
+                new_status,
+                decision.decided_by,
+                decision.via,
+            )
         return ResolveResult(code == 1, request)
 
     async def cancel(
-        self, request_id: str, *, by: str | None = None, reason: str | None = None,
+        self,
+        request_id: str,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
         via: str = "api",
     ) -> ResolveResult:
         """Withdraw a pending request (the agent no longer needs it)."""
@@ -333,19 +380,31 @@ class ApprovalStore:
         now = self.now()
         vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
         if outcome == "approve":
-            decision = Decision.approve(by=user, via=via, input=input, selection=selection,
-                                        for_session=for_session)
+            decision = Decision.approve(
+                by=user, via=via, input=input, selection=selection, for_session=for_session
+            )
         else:
             decision = Decision.deny(reason, by=user, via=via)
         result = await self._scripts["vote"](
             keys=[
-                self.keys.request(request_id), self.keys.pending, self.keys.deadlines,
-                self.keys.outbox, self.keys.audit,
+                self.keys.request(request_id),
+                self.keys.pending,
+                self.keys.deadlines,
+                self.keys.outbox,
+                self.keys.audit,
             ],
             args=[
-                request_id, user, outcome, vote.model_dump_json(), decision.model_dump_json(),
-                ts(now), self.keys.retention_seconds, self.keys.decided_channel, via,
-                reason or "", OUTBOX_MAXLEN,
+                request_id,
+                user,
+                outcome,
+                vote.model_dump_json(),
+                decision.model_dump_json(),
+                ts(now),
+                self.keys.retention_seconds,
+                self.keys.decided_channel,
+                via,
+                reason or "",
+                OUTBOX_MAXLEN,
             ],
         )
         code = int(result[0])
@@ -353,7 +412,10 @@ class ApprovalStore:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = await self.get(request_id)
         kinds: dict[int, Literal["decided", "recorded", "duplicate", "closed"]] = {
-            1: "decided", 0: "closed", 2: "duplicate", 3: "recorded",
+            1: "decided",
+            0: "closed",
+            2: "duplicate",
+            3: "recorded",
         }
         approvals = sum(1 for v in request.votes if v.outcome == "approve")
         return VoteResult(kinds[code], request, approvals)
@@ -375,12 +437,21 @@ class ApprovalStore:
             raise ValueError("request has no deadline")
         result = await self._scripts["escalate"](
             keys=[
-                self.keys.request(request.id), self.keys.deadlines, self.keys.outbox,
+                self.keys.request(request.id),
+                self.keys.deadlines,
+                self.keys.outbox,
                 self.keys.audit,
             ],
             args=[
-                request.id, ts(request.deadline_at), route, channel, ts(deadline_at), quorum,
-                json.dumps(list(reviewers)), ts(self.now()), self._ttl(deadline_at),
+                request.id,
+                ts(request.deadline_at),
+                route,
+                channel,
+                ts(deadline_at),
+                quorum,
+                json.dumps(list(reviewers)),
+                ts(self.now()),
+                self._ttl(deadline_at),
                 OUTBOX_MAXLEN,
             ],
         )
@@ -395,21 +466,26 @@ class ApprovalStore:
     async def set_message(self, request_id: str, message: SlackMessage) -> bool:
         """Record where the request's Slack message is; false if the request is gone."""
         written = await self._scripts["set_fields"](
-            keys=[self.keys.request(request_id)], args=["message", message.model_dump_json()],
+            keys=[self.keys.request(request_id)],
+            args=["message", message.model_dump_json()],
         )
         return bool(written)
 
     # -- session grants ------------------------------------------------------------
 
     @_guard
-    async def put_grant(self, session_id: str, tool_name: str, request: ApprovalRequest,
-                        ttl_seconds: int) -> None:
+    async def put_grant(
+        self, session_id: str, tool_name: str, request: ApprovalRequest, ttl_seconds: int
+    ) -> None:
         """Remember an approve-for-session decision for (session, tool)."""
-        grant = {"request_id": request.id,
-                 "decided_by": request.decision.decided_by if request.decision else None,
-                 "granted_at": ts(self.now())}
-        await self.redis.set(self.keys.grant(session_id, tool_name), json.dumps(grant),
-                             ex=max(1, ttl_seconds))
+        grant = {
+            "request_id": request.id,
+            "decided_by": request.decision.decided_by if request.decision else None,
+            "granted_at": ts(self.now()),
+        }
+        await self.redis.set(
+            self.keys.grant(session_id, tool_name), json.dumps(grant), ex=max(1, ttl_seconds)
+        )
 
     @_guard
     async def get_grant(self, session_id: str, tool_name: str) -> dict[str, Any] | None:
@@ -420,18 +496,29 @@ class ApprovalStore:
 
     @_guard
     async def audit_entries(
-        self, *, since: datetime | None = None, request_id: str | None = None,
+        self,
+        *,
+        since: datetime | None = None,
+        request_id: str | None = None,
         count: int = 10_000,
     ) -> list[AuditEntry]:
         """Audit entries, oldest first; `since` filters by time, `request_id` by request."""
         start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
-        rows = await self.redis.xrange(self.keys.audit, min=start, max="+", count=count)
+        rows = cast(
+            list[tuple[str, dict[str, str]]],
+            await self.redis.xrange(self.keys.audit, min=start, max="+", count=count),
+        )
         entries = [
             AuditEntry(
-                entry_id=entry_id, request_id=f.get("id", ""), event=f.get("event", ""),
-                status=f.get("status", ""), by=f.get("by", ""), via=f.get("via", ""),
+                entry_id=entry_id,
+                request_id=f.get("id", ""),
+                event=f.get("event", ""),
+                status=f.get("status", ""),
+                by=f.get("by", ""),
+                via=f.get("via", ""),
                 at=from_ts(f["at"]) if f.get("at") else self.now(),
-                reason=f.get("reason", ""), route=f.get("route", ""),
+                reason=f.get("reason", ""),
+                route=f.get("route", ""),
             )
             for entry_id, f in rows
         ]

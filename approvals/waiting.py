@@ -85,7 +85,7 @@ class Waiter:
         self._tasks = []
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
+                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = None
         for futures in self._futures.values():
             for fut in futures:
@@ -100,7 +100,7 @@ class Waiter:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def wait(self, request_id: str, timeout: float | None) -> ApprovalRequest:
+    async def wait(self, request_id: str, timeout: float | None) -> ApprovalRequest:  # noqa: ASYNC109
         """The request once it is no longer pending; `ApprovalTimeout` when `timeout` passes
         first, `NotFound` for an unknown id."""
         if not self._tasks:
@@ -111,9 +111,7 @@ class Waiter:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError as e:
-            raise ApprovalTimeout(
-                f"no decision on {request_id} within {timeout:g} s"
-            ) from e
+            raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s") from e
         finally:
             waiters = self._futures.get(request_id)
             if waiters is not None:

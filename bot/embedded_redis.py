@@ -85,10 +85,23 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [
-        binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
-        "--save", "", "--daemonize", "no", "--protected-mode", "yes",
-        "--appendonly", "yes" if persistent else "no",
-        "--logfile", str(directory / "server.log"),
+        binary,
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "yes",
+        "--appendonly",
+        "yes" if persistent else "no",
+        "--logfile",
+        str(directory / "server.log"),
     ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = EmbeddedRedis(binary, port, directory, persistent, proc)
@@ -101,7 +114,9 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
                 s.sendall(b"PING\r\n")
                 if s.recv(16).startswith(b"+PONG"):
-                    log.info("embedded redis started binary=%s port=%d dir=%s", binary, port, directory)
+                    log.info(
+                        "embedded redis started binary=%s port=%d dir=%s", binary, port, directory
+                    )
                     return server
         except OSError:
             time.sleep(0.05)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import uuid
@@ -14,15 +13,20 @@ from redis.asyncio import Redis
 
 from approvals.connection import connect
 from approvals.keys import Keys
+from approvals.policy import Policy
+from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
+from approvals.waiting import Waiter
 from bot import embedded_redis
+from bot.context import BotContext
 
 
 def _reachable(url: str) -> bool:
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 6379),
-                                      timeout=0.5) as s:
+        with socket.create_connection(
+            (parsed.hostname or "localhost", parsed.port or 6379), timeout=0.5
+        ) as s:
             s.sendall(b"PING\r\n")
             reply = s.recv(64)
             return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
@@ -87,16 +91,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def eventually(predicate, timeout: float = 5.0, interval: float = 0.01):  # type: ignore[no-untyped-def]
-    """Poll `predicate` (sync or async) until truthy; return its value or fail."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
+@pytest.fixture
+async def ctx(redis: Redis, keys: Keys, store: ApprovalStore) -> AsyncIterator[BotContext]:
+    """A BotContext on real Redis with the default policy (no Slack client)."""
+    service = ApprovalService(store, Policy.default("C0APPROVALS"))
+    waiter = Waiter(redis, keys, store=store)
+    await waiter.start()
+    context = BotContext(
+        redis=redis,
+        keys=keys,
+        store=store,
+        service=service,
+        waiter=waiter,
+        api_tokens=("test-token",),
+    )
+    yield context
+    await waiter.stop()

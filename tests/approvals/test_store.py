@@ -52,8 +52,9 @@ async def test_create_writes_request_deadline_outbox_and_audit(
     assert [r.id for r in await store.list_pending()] == [req.id]
 
 
-async def test_create_is_idempotent_on_call_id(store: ApprovalStore, redis: Redis,
-                                               keys: Keys) -> None:
+async def test_create_is_idempotent_on_call_id(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     first = await store.create(make_request(call_id="call-1"))
     second = await store.create(make_request(call_id="call-1"))
     assert first.created and not second.created
@@ -83,8 +84,9 @@ async def test_stale_call_id_marker_does_not_block_a_new_request(
     assert again.created and again.request.id != first.request.id
 
 
-async def test_fifty_racing_deciders_one_winner(store: ApprovalStore, redis: Redis,
-                                                keys: Keys) -> None:
+async def test_fifty_racing_deciders_one_winner(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     req = (await store.create(make_request())).request
     rng = random.Random(7)
 
@@ -95,8 +97,9 @@ async def test_fifty_racing_deciders_one_winner(store: ApprovalStore, redis: Red
             return await store.resolve(req.id, Decision.approve(by=f"U{n}", via="slack"))
         if kind == 1:
             return await store.resolve(req.id, Decision.deny(f"no {n}", by=f"U{n}", via="slack"))
-        return await store.resolve(req.id, Decision.deny("approval timeout", by="system",
-                                                         via="timeout"), status="expired")
+        return await store.resolve(
+            req.id, Decision.deny("approval timeout", by="system", via="timeout"), status="expired"
+        )
 
     results = await asyncio.gather(*(decide(n) for n in range(50)))
     winners = [r for r in results if r.won]
@@ -140,8 +143,12 @@ async def test_due_lists_only_overdue_pending(store: ApprovalStore) -> None:
     assert soon.deadline_at is not None
     due = await store.due(now=soon.deadline_at + timedelta(seconds=1))
     assert due == [soon.id]
-    result = await store.resolve(soon.id, Decision.deny("approval timeout", via="timeout"),
-                                 status="expired", expected_deadline=soon.deadline_at)
+    result = await store.resolve(
+        soon.id,
+        Decision.deny("approval timeout", via="timeout"),
+        status="expired",
+        expected_deadline=soon.deadline_at,
+    )
     assert result.won and result.request.status == "expired"
     assert await store.due(now=soon.deadline_at + timedelta(days=2)) == [later.id]
 
@@ -150,13 +157,16 @@ async def test_expiry_is_conditional_on_the_deadline(store: ApprovalStore) -> No
     req = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=5)))).request
     assert req.deadline_at is not None
     stale = req.deadline_at - timedelta(seconds=3)
-    result = await store.resolve(req.id, Decision.deny("approval timeout", via="timeout"),
-                                 status="expired", expected_deadline=stale)
+    result = await store.resolve(
+        req.id,
+        Decision.deny("approval timeout", via="timeout"),
+        status="expired",
+        expected_deadline=stale,
+    )
     assert not result.won and result.request.status == "pending"
 
 
-async def test_every_key_written_has_a_ttl(store: ApprovalStore, redis: Redis,
-                                           keys: Keys) -> None:
+async def test_every_key_written_has_a_ttl(store: ApprovalStore, redis: Redis, keys: Keys) -> None:
     a = (await store.create(make_request(call_id="x"))).request
     b = (await store.create(make_request(quorum=2))).request
     await store.resolve(a.id, Decision.approve(by="U1"))
@@ -212,7 +222,10 @@ async def test_quorum_votes_race_and_count_once(store: ApprovalStore) -> None:
     assert len(decided) == 1
     final = await store.get(req.id)
     assert final.status == "approved"
-    assert final.decision is not None and final.decision.decided_by == decided[0].request.decision.decided_by  # type: ignore[union-attr]
+    assert (
+        final.decision is not None
+        and final.decision.decided_by == decided[0].request.decision.decided_by
+    )  # type: ignore[union-attr]
     assert sum(1 for v in final.votes if v.outcome == "approve") == 3
     statuses = sorted(r.status for r in results)
     assert statuses == ["closed"] * 8 + ["decided", "recorded"]
@@ -228,20 +241,31 @@ async def test_any_deny_vote_denies(store: ApprovalStore) -> None:
     assert result.request.decision.reason == "not on a Friday"
 
 
-async def test_escalate_moves_route_and_resets_deadline(store: ApprovalStore,
-                                                        redis: Redis, keys: Keys) -> None:
-    req = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=1),
-                                           channel="C1", quorum=2))).request
+async def test_escalate_moves_route_and_resets_deadline(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    req = (
+        await store.create(
+            make_request(config=ApprovalConfig(deadline_seconds=1), channel="C1", quorum=2)
+        )
+    ).request
     await store.vote(req.id, "U1", "approve")
     assert req.deadline_at is not None
     new_deadline = req.deadline_at + timedelta(minutes=5)
-    moved = await store.escalate(req, route="oncall", channel="C2", deadline_at=new_deadline,
-                                 quorum=1, reviewers=["U9"])
+    moved = await store.escalate(
+        req, route="oncall", channel="C2", deadline_at=new_deadline, quorum=1, reviewers=["U9"]
+    )
     assert moved
     after = await store.get(req.id)
-    assert (after.route, after.channel, after.quorum, after.reviewers) == ("oncall", "C2", 1, ("U9",))
+    assert (after.route, after.channel, after.quorum, after.reviewers) == (
+        "oncall",
+        "C2",
+        1,
+        ("U9",),
+    )
     assert after.escalations == 1 and after.votes == ()
-    assert not await store.escalate(req, route="x", channel="C3", deadline_at=new_deadline,
-                                    quorum=1, reviewers=[]), "stale deadline: no second move"
+    assert not await store.escalate(
+        req, route="x", channel="C3", deadline_at=new_deadline, quorum=1, reviewers=[]
+    ), "stale deadline: no second move"
     ops = [f["op"] for _, f in await redis.xrange(keys.outbox)]
     assert ops[-2:] == ["escalated", "post"]

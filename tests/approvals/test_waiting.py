@@ -26,8 +26,9 @@ async def clients_named(redis: Redis, name: str) -> int:
     return sum(1 for c in await redis.client_list() if c.get("name") == name)
 
 
-async def test_wait_returns_decision_made_after_wait_began(store: ApprovalStore, redis: Redis,
-                                                           keys: Keys) -> None:
+async def test_wait_returns_decision_made_after_wait_began(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     (rid,) = await new_pending(store, 1)
     async with Waiter(redis, keys, store=store) as waiter:
         task = asyncio.create_task(waiter.wait(rid, timeout=5))
@@ -39,8 +40,9 @@ async def test_wait_returns_decision_made_after_wait_began(store: ApprovalStore,
     assert req.decision is not None and req.decision.input == "ship it"
 
 
-async def test_wait_returns_decision_made_before_wait_began(store: ApprovalStore, redis: Redis,
-                                                            keys: Keys) -> None:
+async def test_wait_returns_decision_made_before_wait_began(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     (rid,) = await new_pending(store, 1)
     await store.resolve(rid, Decision.deny("nope", by="U1"))
     async with Waiter(redis, keys, store=store) as waiter:
@@ -48,8 +50,9 @@ async def test_wait_returns_decision_made_before_wait_began(store: ApprovalStore
     assert req.status == "denied"
 
 
-async def test_wait_times_out_and_unknown_id_is_not_found(store: ApprovalStore, redis: Redis,
-                                                          keys: Keys) -> None:
+async def test_wait_times_out_and_unknown_id_is_not_found(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     (rid,) = await new_pending(store, 1)
     async with Waiter(redis, keys, store=store) as waiter:
         with pytest.raises(ApprovalTimeout):
@@ -71,11 +74,17 @@ async def test_thousand_waiters_wake_with_their_own_decision_on_few_connections(
         tasks = {rid: asyncio.create_task(waiter.wait(rid, timeout=30)) for rid in ids}
         await asyncio.sleep(0.2)
         assert waiter.waiting == 1000
-        await asyncio.gather(*(
-            store.resolve(rid, Decision.approve(by="U1", input=rid) if i % 2 == 0
-                          else Decision.deny(f"deny {rid}", by="U2"))
-            for i, rid in enumerate(ids)
-        ))
+        await asyncio.gather(
+            *(
+                store.resolve(
+                    rid,
+                    Decision.approve(by="U1", input=rid)
+                    if i % 2 == 0
+                    else Decision.deny(f"deny {rid}", by="U2"),
+                )
+                for i, rid in enumerate(ids)
+            )
+        )
         results = await asyncio.gather(*tasks.values())
         for i, (rid, req) in enumerate(zip(tasks, results, strict=True)):
             assert req.id == rid
@@ -103,8 +112,11 @@ async def test_decision_published_while_subscription_is_down_is_delivered(
         tasks = [asyncio.create_task(waiter.wait(rid, timeout=20)) for rid in ids]
         await asyncio.sleep(0.1)
         # Kill the pub/sub connection, and keep killing it while the decisions are published.
-        pubsub_ids = [c["id"] for c in await redis.client_list()
-                      if c.get("name") == name and int(c.get("sub", 0)) > 0]
+        pubsub_ids = [
+            c["id"]
+            for c in await redis.client_list()
+            if c.get("name") == name and int(c.get("sub", 0)) > 0
+        ]
         assert pubsub_ids, "waiter has a subscribed connection"
         await redis.execute_command("CLIENT", "KILL", "ID", pubsub_ids[0])
         for rid in ids:
@@ -117,8 +129,9 @@ async def test_decision_published_while_subscription_is_down_is_delivered(
         await wredis.aclose()
 
 
-async def test_client_kill_type_pubsub_then_decide(store: ApprovalStore, redis_url: str,
-                                                   keys: Keys, redis: Redis) -> None:
+async def test_client_kill_type_pubsub_then_decide(
+    store: ApprovalStore, redis_url: str, keys: Keys, redis: Redis
+) -> None:
     (rid,) = await new_pending(store, 1)
     wredis = connect(redis_url, max_connections=2, client_name=f"w2-{keys.prefix}")
     waiter = Waiter(wredis, keys, recheck_interval=3600)
@@ -139,8 +152,9 @@ async def test_client_kill_type_pubsub_then_decide(store: ApprovalStore, redis_u
         await wredis.aclose()
 
 
-async def test_several_waiters_on_one_id_all_wake(store: ApprovalStore, redis: Redis,
-                                                  keys: Keys) -> None:
+async def test_several_waiters_on_one_id_all_wake(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
     (rid,) = await new_pending(store, 1)
     async with Waiter(redis, keys, store=store) as waiter:
         tasks = [asyncio.create_task(waiter.wait(rid, timeout=5)) for _ in range(20)]

@@ -1,0 +1,287 @@
+"""The approval service: submit (policy, grants, routes), decide (who may, quorum), expire.
+
+Every entry point — Slack clicks, the HTTP API, the CLI, the Python client —
+goes through one `ApprovalService`, so the rules of who may decide and how a
+request is routed live in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from approvals.errors import InvalidRequest, NotAllowed
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.policy import Policy
+from approvals.store import ApprovalStore, VoteResult
+
+log = logging.getLogger(__name__)
+
+#: Resolves a Slack user-group id to its members' user ids.
+MembershipResolver = Callable[[str], Awaitable[frozenset[str]]]
+
+#: Decisions from these channels are break-glass: an operator with access to the
+#: bot's token or Redis decides outright (no reviewer list, no quorum).
+TRUSTED_VIA = frozenset({"cli"})
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is deciding: a Slack user id (`U…`), or an operator name with `via`."""
+
+    id: str
+    via: str = "slack"
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    request_id: str
+    action: Literal["expired", "approved", "escalated", "skipped"]
+    request: ApprovalRequest | None = None
+
+
+def is_group(reviewer: str) -> bool:
+    return reviewer.startswith("S")
+
+
+class ApprovalService:
+    """Routes requests by policy and decides them through the store's compare-and-set."""
+
+    def __init__(
+        self,
+        store: ApprovalStore,
+        policy: Policy | None = None,
+        *,
+        membership: MembershipResolver | None = None,
+    ) -> None:
+        self.store = store
+        self.policy = policy or Policy()
+        self.membership = membership
+
+    # -- submit ------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None = None,
+        *,
+        requester: str | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> ApprovalRequest:
+        """Create the request for `event`. A policy `allow`/`deny` or a session grant decides it
+        at once (audited, never posted); otherwise it is posted to its route's channel."""
+        config = config or ApprovalConfig()
+        decision = self.policy.evaluate(event, config)
+        route = decision.route
+        effective = config
+        if decision.sensitivity != config.sensitivity:
+            effective = config.model_copy(update={"sensitivity": decision.sensitivity})
+        if route is not None and route.allow_for_session and not effective.allow_for_session:
+            effective = effective.model_copy(update={"allow_for_session": True})
+        # The route's deadline wins over the caller's: an agent must not shorten it to reach
+        # an `on_timeout: approve` sooner.
+        deadline = decision.deadline_seconds or config.deadline_seconds
+        request = ApprovalRequest(
+            event=event,
+            config=effective,
+            route=decision.route_name or "default",
+            channel=channel or (route.channel if route else None),
+            reviewers=tuple(route.reviewers) if route else (),
+            quorum=decision.quorum if decision.action == "ask" else 1,
+            requester=requester,
+            metadata=metadata or {},
+            deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
+        )
+        created = await self.store.create(request)
+        request = created.request
+        if not created.created or not request.is_pending:
+            return request
+        if decision.action in ("allow", "deny"):
+            rule = ",".join(decision.winners) or "policy"
+            verdict = (
+                Decision.approve(by=f"policy:{rule}", via="policy")
+                if decision.action == "allow"
+                else Decision.deny(
+                    decision.reason or f"denied by policy rule {rule}",
+                    by=f"policy:{rule}",
+                    via="policy",
+                )
+            )
+            return (await self.store.resolve(request.id, verdict)).request
+        grant = await self._grant_for(event)
+        if grant is not None:
+            by = grant.get("decided_by") or "unknown"
+            verdict = Decision.approve(by=by, via="grant", for_session=True)
+            verdict = verdict.model_copy(
+                update={"reason": f"session grant from request {grant.get('request_id')}"}
+            )
+            return (await self.store.resolve(request.id, verdict)).request
+        return request
+
+    async def _grant_for(self, event: ApprovalEvent) -> dict[str, Any] | None:
+        if not event.session_id:
+            return None
+        return await self.store.get_grant(event.session_id, event.tool_name)
+
+    # -- decide -------------------------------------------------------------------------
+
+    async def may_decide(self, request: ApprovalRequest, actor: Actor) -> str | None:
+        """None when `actor` may decide `request`; else the reason they may not."""
+        if actor.via in TRUSTED_VIA:
+            return None
+        if request.requester and request.requester == actor.id:
+            return "self"
+        if not request.reviewers:
+            return None
+        users = {r for r in request.reviewers if not is_group(r)}
+        if actor.id in users:
+            return None
+        for group in (r for r in request.reviewers if is_group(r)):
+            if self.membership is not None and actor.id in await self.membership(group):
+                return None
+        return "not_reviewer"
+
+    async def decide(
+        self,
+        request_id: str,
+        outcome: Literal["approve", "deny"],
+        actor: Actor,
+        *,
+        reason: str | None = None,
+        input: str | None = None,
+        selection: str | None = None,
+        for_session: bool = False,
+    ) -> VoteResult:
+        """Record `actor`'s decision. Raises `NotAllowed` (with `.details` = "self" or
+        "not_reviewer") and `InvalidRequest`; a late or duplicate decision is a normal
+        result (`closed` / `duplicate`) carrying the request as it stands."""
+        request = await self.store.get(request_id)
+        if not request.is_pending:
+            return VoteResult("closed", request)
+        refusal = await self.may_decide(request, actor)
+        if refusal == "self":
+            raise NotAllowed(
+                "you asked for this approval; someone else has to decide", details=refusal
+            )
+        if refusal is not None:
+            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        if outcome == "approve":
+            self._check_answer(request, input, selection, for_session)
+        if actor.via in TRUSTED_VIA:
+            decision = (
+                Decision.approve(
+                    by=actor.id,
+                    via=actor.via,
+                    input=input,
+                    selection=selection,
+                    for_session=for_session,
+                )
+                if outcome == "approve"
+                else Decision.deny(reason, by=actor.id, via=actor.via)
+            )
+            resolved = await self.store.resolve(request_id, decision)
+            result = VoteResult("decided" if resolved.won else "closed", resolved.request)
+        else:
+            result = await self.store.vote(
+                request_id,
+                actor.id,
+                outcome,
+                reason=reason,
+                via=actor.via,
+                input=input,
+                selection=selection,
+                for_session=for_session,
+            )
+        if result.status == "decided" and outcome == "approve" and for_session:
+            await self._grant(result.request)
+        return result
+
+    def _check_answer(
+        self, request: ApprovalRequest, input: str | None, selection: str | None, for_session: bool
+    ) -> None:
+        config = request.config
+        if config.kind == "choice":
+            if selection is None or selection not in (config.options or ()):
+                raise InvalidRequest(
+                    f"choose one of: {', '.join(config.options or ())}", details="selection"
+                )
+        elif selection is not None:
+            raise InvalidRequest("selection only applies to kind 'choice'", details="selection")
+        if config.kind == "input" and not (input and input.strip()):
+            raise InvalidRequest("this request needs a typed answer", details="input")
+        if for_session and not config.allow_for_session:
+            raise InvalidRequest(
+                "approve-for-session is not offered for this request", details="for_session"
+            )
+        if for_session and not request.event.session_id:
+            raise InvalidRequest(
+                "approve-for-session needs a session_id on the request", details="for_session"
+            )
+
+    async def _grant(self, request: ApprovalRequest) -> None:
+        session = request.event.session_id
+        if not session:
+            return
+        ttl = int(self.policy.defaults.grant_ttl_seconds)
+        await self.store.put_grant(session, request.event.tool_name, request, ttl)
+        log.info(
+            "session grant id=%s session=%s tool=%s ttl=%d",
+            request.id,
+            session,
+            request.event.tool_name,
+            ttl,
+        )
+
+    async def cancel(
+        self, request_id: str, *, by: str | None = None, reason: str | None = None, via: str = "api"
+    ) -> VoteResult:
+        result = await self.store.cancel(request_id, by=by, reason=reason, via=via)
+        return VoteResult("decided" if result.won else "closed", result.request)
+
+    # -- deadlines ------------------------------------------------------------------------
+
+    async def expire_due(self, now: datetime | None = None, limit: int = 100) -> list[ExpiryResult]:
+        """Apply each overdue request's route `on_timeout`: deny (status `expired`), approve,
+        or escalate to the next route. Safe to run on every replica at once."""
+        results = []
+        for request_id in await self.store.due(now, limit):
+            results.append(await self._expire_one(request_id))
+        return results
+
+    async def _expire_one(self, request_id: str) -> ExpiryResult:
+        found = await self.store.get_many([request_id])
+        request = found.get(request_id)
+        if request is None or not request.is_pending or request.deadline_at is None:
+            if request is None:
+                await self.store.forget_deadline(request_id)
+            return ExpiryResult(request_id, "skipped", request)
+        action = self.policy.on_timeout(request.route, request.escalations)
+        if action.action == "escalate" and action.route is not None and action.route_name:
+            seconds = action.deadline_seconds or request.config.deadline_seconds or 3600
+            moved = await self.store.escalate(
+                request,
+                route=action.route_name,
+                channel=action.route.channel,
+                deadline_at=self.store.now() + timedelta(seconds=seconds),
+                quorum=action.route.quorum,
+                reviewers=action.route.reviewers,
+            )
+            return ExpiryResult(request_id, "escalated" if moved else "skipped")
+        if action.action == "approve":
+            decision = Decision.approve(by="timeout", via="timeout")
+            decision = decision.model_copy(update={"reason": "approved on timeout by route policy"})
+            result = await self.store.resolve(
+                request_id, decision, expected_deadline=request.deadline_at
+            )
+            return ExpiryResult(request_id, "approved" if result.won else "skipped", result.request)
+        result = await self.store.resolve(
+            request_id,
+            Decision.deny("approval timeout", by="timeout", via="timeout"),
+            status="expired",
+            expected_deadline=request.deadline_at,
+        )
+        return ExpiryResult(request_id, "expired" if result.won else "skipped", result.request)

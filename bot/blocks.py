@@ -1,0 +1,482 @@
+"""Block Kit rendering of approval requests: messages, modals, refusals (pure: dicts out).
+
+Every string taken from a request is masked (`bot.masking`), escaped for
+mrkdwn (`&`, `<`, `>`, so an agent cannot ping `<!channel>`), and cut to
+Slack's limits: 50 blocks, 3000 characters per section, 150 per header,
+75 per button or option text, 2000 per button value, 24 per modal title.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from approvals.models import ApprovalRequest, default_prompt, utcnow
+from bot import ids
+from bot.masking import hidden_values, mask_arguments, mask_text
+
+Block = dict[str, Any]
+Message = dict[str, Any]
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_BUTTON_TEXT = 75
+MAX_BUTTON_VALUE = 2000
+MAX_OPTION_TEXT = 75
+MAX_SELECT_OPTIONS = 100
+#: Up to this many options are buttons; beyond, a static select.
+MAX_OPTION_BUTTONS = 5
+MAX_MODAL_TITLE = 24
+MAX_CONTEXT_TEXT = 2000
+MAX_FALLBACK = 1000
+DATE_FORMAT = "{date_short_pretty} {time}"
+
+SENSITIVITY_BADGES = {
+    "low": "🟢 low sensitivity",
+    "pii": "🟠 PII",
+    "secret": "🔴 secret (values hidden)",
+}
+RefusalKind = Literal[
+    "already_decided", "not_reviewer", "self_approval", "already_voted", "not_found", "stale_option"
+]
+
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# Slack ids: a type letter, then upper-case letters and digits (at least one digit).
+_USER_ID = re.compile(r"^(?:slack:)?([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
+_CHANNEL_ID = re.compile(r"^(?:slack:)?([CGD](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
+
+
+# ---------------------------------------------------------------- text helpers
+
+
+def escape(text: str) -> str:
+    """Escape text for Slack mrkdwn."""
+    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+
+
+def clip(text: str, limit: int, ellipsis: str = "…") -> str:
+    """Plain text cut to at most `limit` characters."""
+    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
+
+
+def clip_escaped(raw: str, limit: int, ellipsis: str = "…") -> str:
+    """`raw` escaped for mrkdwn and cut so the result fits `limit`, never inside an entity."""
+    escaped = escape(raw)
+    if len(escaped) <= limit:
+        return escaped
+    budget, used, out = limit - len(ellipsis), 0, []
+    for ch in raw:
+        piece = _ESCAPES.get(ch, ch)
+        if used + len(piece) > budget:
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out) + ellipsis
+
+
+def slack_date(when: datetime, fmt: str = DATE_FORMAT) -> str:
+    """`<!date^EPOCH^FORMAT|fallback>`: shown in each reader's own time zone."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    fallback = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(when.timestamp())}^{fmt}|{fallback}>"
+
+
+def who(actor: str | None) -> str:
+    """A Slack user id as a mention; anything else ("cli:alice", "policy:x", "system") as text."""
+    if not actor:
+        return "someone"
+    match = _USER_ID.match(actor)
+    if match:
+        return f"<@{match.group(1)}>"
+    return clip_escaped(mask_text(actor), 200)
+
+
+def where(channel: str) -> str:
+    """A Slack channel id as a channel link; a name as text."""
+    match = _CHANNEL_ID.match(channel)
+    return f"<#{match.group(1)}>" if match else clip_escaped(channel, 200)
+
+
+def _plain(text: str, limit: int = MAX_SECTION) -> dict[str, Any]:
+    return {"type": "plain_text", "text": clip(text, limit), "emoji": True}
+
+
+def _mrkdwn(text: str, limit: int = MAX_SECTION) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": text[:limit]}
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": _mrkdwn(text)}
+
+
+def _context(*elements: str) -> Block:
+    return {"type": "context", "elements": [_mrkdwn(e, MAX_CONTEXT_TEXT) for e in elements[:10]]}
+
+
+def _fence(raw: str) -> str:
+    """Keep a value from closing its own code block."""
+    return raw.replace("```", "`\u200b`\u200b`")
+
+
+def _code_section(title: str, raw: str, *, what: str, request_id: str) -> Block:
+    head, tail = f"*{title}*\n```\n", "\n```"
+    body = escape(_fence(raw))
+    if len(head) + len(body) + len(tail) <= MAX_SECTION:
+        return _section(head + body + tail)
+    note = clip_escaped(
+        f"\n(truncated; full {what} kept in the approval record {request_id})", MAX_CONTEXT_TEXT
+    )
+    budget = MAX_SECTION - len(head) - len(tail) - len(note)
+    return _section(head + clip_escaped(_fence(raw), budget) + tail + note)
+
+
+def _button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    if len(value) > MAX_BUTTON_VALUE:
+        raise ValueError(f"button value of {len(value)} chars; the limit is {MAX_BUTTON_VALUE}")
+    button: dict[str, Any] = {
+        "type": "button",
+        "text": _plain(text, MAX_BUTTON_TEXT),
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+# ---------------------------------------------------------------- the masked view
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """What of a request may be shown, masked once."""
+
+    req: ApprovalRequest
+    hide: tuple[str, ...]
+    arguments: dict[str, Any]
+    prompt: str
+
+    def mask(self, text: str) -> str:
+        return mask_text(text, hide=self.hide)
+
+    @property
+    def tool(self) -> str:
+        return mask_text(self.req.event.tool_name)
+
+
+def _view(req: ApprovalRequest) -> _View:
+    sensitivity = req.config.sensitivity
+    event = req.event
+    permissions = event.permissions or {}
+    hide = (*hidden_values(event.arguments, sensitivity), *hidden_values(permissions, sensitivity))
+    arguments = mask_arguments(event.arguments, sensitivity)
+    if req.prompt == default_prompt(event.tool_name, event.arguments):
+        prompt = mask_text(default_prompt(event.tool_name, arguments), hide=hide)
+    else:
+        prompt = mask_text(req.prompt, hide=hide)
+    return _View(req=req, hide=hide, arguments=arguments, prompt=prompt)
+
+
+def _summary(v: _View) -> list[Block]:
+    """Header, who asks, the prompt, command / file / arguments / permissions."""
+    req, event = v.req, v.req.event
+    blocks: list[Block] = [
+        {"type": "header", "text": _plain(f"🔐 Approval needed: {v.tool}", MAX_HEADER)}
+    ]
+    about = []
+    if event.agent:
+        about.append(f"*Agent:* {clip_escaped(mask_text(event.agent), 200)}")
+    if event.session_id:
+        about.append(f"*Session:* `{clip_escaped(mask_text(event.session_id), 200)}`")
+    if req.requester:
+        about.append(f"*Requested by:* {who(req.requester)}")
+    route = f"*Route:* {clip_escaped(req.route, 100)}"
+    if req.channel:
+        route += f" → {where(req.channel)}"
+    about += [route, SENSITIVITY_BADGES.get(req.config.sensitivity, req.config.sensitivity)]
+    about.append(f"`{clip_escaped(req.id, 200)}`")
+    blocks.append(_context(*about))
+    blocks.append(_section(clip_escaped(v.prompt, MAX_SECTION)))
+    if event.command:
+        blocks.append(
+            _code_section("Command", v.mask(event.command), what="command", request_id=req.id)
+        )
+    if event.path:
+        blocks.append(_section(clip_escaped(f"File: {v.mask(event.path)}", MAX_SECTION)))
+    if event.cwd:
+        blocks.append(_context(f"*cwd:* `{clip_escaped(v.mask(event.cwd), 250)}`"))
+    if v.arguments:
+        text = json.dumps(v.arguments, indent=2, ensure_ascii=False, default=str)
+        blocks.append(_code_section("Arguments", text, what="arguments", request_id=req.id))
+    if event.permissions:
+        perms = mask_arguments(event.permissions, req.config.sensitivity)
+        text = json.dumps(perms, indent=2, ensure_ascii=False, default=str)
+        blocks.append(_code_section("Permissions", text, what="permissions", request_id=req.id))
+    return blocks
+
+
+def _approvals(req: ApprovalRequest) -> list[str]:
+    seen: list[str] = []
+    for vote in req.votes:
+        if vote.outcome == "approve" and vote.user not in seen:
+            seen.append(vote.user)
+    return seen
+
+
+def quorum_progress(req: ApprovalRequest) -> str:
+    """`1 of 2 approvals: <@U1>` (each reviewer counted once)."""
+    users = _approvals(req)
+    text = f"{len(users)} of {req.quorum} approvals"
+    return text + (": " + ", ".join(who(u) for u in users) if users else "")
+
+
+def _finish(blocks: list[Block]) -> list[Block]:
+    """At most 50 blocks, keeping the last (outcome or actions) block."""
+    if len(blocks) <= MAX_BLOCKS:
+        return blocks
+    return [*blocks[: MAX_BLOCKS - 1], blocks[-1]]
+
+
+def _fallback(head: str, v: _View) -> str:
+    """Notification text: `head` (mrkdwn, ours) then the tool and prompt (escaped)."""
+    return head + clip_escaped(f"{v.tool}: {v.prompt}", MAX_FALLBACK - len(head))
+
+
+# ---------------------------------------------------------------- messages
+
+
+def _actions(v: _View) -> list[Block]:
+    req = v.req
+    deny = _button("Deny", ids.DENY, req.id, "danger")
+    blocks: list[Block] = []
+    if req.config.kind == "choice":
+        options = [mask_text(o) for o in req.config.options or ()]
+        if len(options) <= MAX_OPTION_BUTTONS:
+            elements = [_button(o, ids.choose_action_id(i), req.id) for i, o in enumerate(options)]
+        else:
+            shown = options[:MAX_SELECT_OPTIONS]
+            elements = [
+                {
+                    "type": "static_select",
+                    "action_id": ids.CHOOSE_SELECT,
+                    "placeholder": _plain("Choose an option…", 150),
+                    "options": [
+                        {"text": _plain(o, MAX_OPTION_TEXT), "value": str(i)}
+                        for i, o in enumerate(shown)
+                    ],
+                }
+            ]
+            if len(options) > len(shown):
+                blocks.append(
+                    _context(
+                        f"Showing the first {len(shown)} of {len(options)} options; "
+                        f"pick another with `approval-bot approve {escape(req.id)} --selection …`."
+                    )
+                )
+        elements.append(deny)
+    elif req.config.kind == "input":
+        elements = [_button("Respond…", ids.RESPOND, req.id, "primary"), deny]
+    else:
+        elements = [_button("Approve", ids.APPROVE, req.id, "primary")]
+        if req.config.allow_for_session:
+            elements.append(_button("Approve for session", ids.APPROVE_SESSION, req.id))
+        elements.append(deny)
+    blocks.append({"type": "actions", "block_id": ids.ACTIONS_BLOCK, "elements": elements})
+    return blocks
+
+
+def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+    """The interactive message for a pending request: summary, deadline, quorum, buttons."""
+    now = now or utcnow()
+    v = _view(req)
+    blocks = _summary(v)
+    status: list[str] = []
+    if req.deadline_at:
+        deadline = req.deadline_at
+        if deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)
+        label = "Deadline passed" if deadline <= now else "Decide by"
+        status.append(f"⏰ {label} {slack_date(deadline)}")
+    if req.quorum > 1:
+        status.append(f"🗳️ {quorum_progress(req)}")
+    if status:
+        blocks.append(_context(*status))
+    blocks += _actions(v)
+    text = _fallback("🔐 Approval needed: ", v)
+    return {"text": text, "blocks": _finish(blocks)}
+
+
+def _outcome(v: _View, now: datetime) -> tuple[str, str]:
+    """(mrkdwn outcome line, fallback word) for a request that is no longer pending."""
+    req, d = v.req, v.req.decision
+    at = slack_date(d.decided_at if d else now)
+    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    reason = v.mask(d.reason) if d and d.reason else ""
+    if req.status == "error":
+        room = MAX_SECTION - len(at) - 20
+        return f"⚠️ Error: {clip_escaped(reason or 'unknown error', room)} ({at})", "Error"
+    if req.status == "approved":
+        line, word = f"✅ Approved{by} at {at}", "Approved"
+        if d and d.for_session:
+            line += " (for the rest of this session)"
+    elif req.status == "denied":
+        line, word = f"❌ Denied{by} at {at}", "Denied"
+    elif req.status == "expired":
+        line, word = f"⌛ Expired at {at}", "Expired"
+    elif req.status == "cancelled":
+        line, word = f"🚫 Cancelled{by} at {at}", "Cancelled"
+    else:
+        line, word = "⏳ Waiting for a decision", "Pending"
+    if reason:
+        line += ": " + clip_escaped(reason, MAX_SECTION - len(line) - 2)
+    return line, word
+
+
+def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+    """The message after approve / deny / expiry / cancel / error: outcome, no buttons."""
+    now = now or utcnow()
+    v = _view(req)
+    d = req.decision
+    line, word = _outcome(v, now)
+    blocks = [*_summary(v), _section(line)]
+    if d and d.selection:
+        selection = clip_escaped(f"Selection: {mask_text(d.selection)}", MAX_SECTION)
+        blocks.append(_section(selection))
+    if d and d.input:
+        blocks.append(_code_section("Input", v.mask(d.input), what="input", request_id=req.id))
+    meta = []
+    if req.quorum > 1 or req.votes:
+        marks = {"approve": "✅", "deny": "❌"}
+        votes = ", ".join(f"{who(x.user)} {marks[x.outcome]}" for x in req.votes) or "none"
+        meta.append(f"🗳️ {quorum_progress(req)} · votes: {votes}")
+    if d:
+        meta.append(f"via {clip_escaped(d.via, 50)}")
+    if meta:
+        blocks.append(_context(*meta))
+    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    return {"text": _fallback(f"{word}{by}: ", v), "blocks": _finish(blocks)}
+
+
+def message_for(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+    """The message a request should show now: interactive while pending, else its outcome."""
+    return request_message(req, now=now) if req.is_pending else decided_message(req, now=now)
+
+
+def escalated_note(
+    req: ApprovalRequest, to_channel: str, *, now: datetime | None = None
+) -> Message:
+    """The old message of a request that moved to another route: where it went, no buttons."""
+    now = now or utcnow()
+    v = _view(req)
+    line = f"⏫ Escalated to {where(to_channel)} at {slack_date(now)}; the decision is made there."
+    blocks = [*_summary(v), _section(line)]
+    return {
+        "text": _fallback(f"Escalated to {where(to_channel)}: ", v),
+        "blocks": _finish(blocks),
+    }
+
+
+# ---------------------------------------------------------------- modals
+
+
+def _modal(
+    req: ApprovalRequest,
+    callback_id: str,
+    title: str,
+    submit: str,
+    blocks: list[Block],
+    channel: str | None,
+    ts: str | None,
+) -> dict[str, Any]:
+    if req.message:
+        channel = channel or req.message.channel
+        ts = ts or req.message.ts
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "private_metadata": ids.encode_metadata(req.id, channel, ts),
+        "title": _plain(title, MAX_MODAL_TITLE),
+        "submit": _plain(submit, MAX_MODAL_TITLE),
+        "close": _plain("Cancel", MAX_MODAL_TITLE),
+        "blocks": blocks,
+    }
+
+
+def _text_input(block_id: str, action_id: str, label: str, *, optional: bool) -> Block:
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "optional": optional,
+        "label": _plain(label, 2000),
+        "element": {
+            "type": "plain_text_input",
+            "action_id": action_id,
+            "multiline": True,
+            "max_length": MAX_SECTION,
+        },
+    }
+
+
+def deny_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Deny dialog: an optional reason the agent is told."""
+    v = _view(req)
+    intro = clip_escaped(f"Deny {v.tool}?\n{v.prompt}", MAX_SECTION)
+    reason = _text_input(ids.REASON_BLOCK, ids.REASON_ACTION, "Reason (optional)", optional=True)
+    reason["hint"] = _plain("The agent is told this reason.", 2000)
+    blocks = [_section(intro), reason]
+    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts)
+
+
+def input_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Respond dialog of kind `input`: the prompt and a required answer."""
+    v = _view(req)
+    answer = _text_input(ids.INPUT_BLOCK, ids.INPUT_ACTION, "Your answer", optional=False)
+    answer["element"]["min_length"] = 1
+    blocks = [_section(clip_escaped(v.prompt, MAX_SECTION)), answer]
+    return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
+
+
+def modal_errors(block_id: str, message: str) -> dict[str, Any]:
+    """A `view_submission` answer that shows `message` under the input `block_id`."""
+    return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
+    """The ephemeral explanation for a click that changed nothing."""
+    if kind == "not_reviewer":
+        return "You are not one of the reviewers for this request."
+    if kind == "self_approval":
+        return "You asked for this; someone else has to decide."
+    if kind == "not_found" or req is None:
+        return "This approval request no longer exists (it may have expired from the record)."
+    if kind == "stale_option":
+        return "That option is not one of this request's options."
+    if kind == "already_voted":
+        progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""
+        return f"You have already voted on this request{progress}."
+    if kind != "already_decided":
+        raise ValueError(f"unknown refusal kind {kind!r}")
+    d = req.decision
+    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    reason = f": {clip_escaped(mask_text(d.reason), 500)}" if d and d.reason else ""
+    texts = {
+        "approved": f"Already approved{by}.",
+        "denied": f"Already denied{by}{reason}.",
+        "expired": "This request has expired; nothing was changed.",
+        "cancelled": f"This request was cancelled{by}.",
+        "error": f"This request ended with an error{reason}.",
+        "pending": "This request is still waiting for a decision.",
+    }
+    return texts[req.status]

@@ -1,0 +1,87 @@
+"""Slack action, callback and block ids and modal metadata, shared by renderer and listeners.
+
+Buttons carry only the request id in `value`. Choice buttons need distinct
+action ids inside one actions block, so each is `approval_choose:<index>`;
+listeners register them with `CHOOSE_PATTERN` and read the index back with
+`choice_index`. The static select (more than five options) uses one action id
+and the option's `value` is the index as a string.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+APPROVE = "approval_approve"
+DENY = "approval_deny"
+APPROVE_SESSION = "approval_approve_session"
+#: Prefix of the per-option buttons: `approval_choose:0`, `approval_choose:1`, …
+CHOOSE = "approval_choose"
+CHOOSE_PATTERN = re.compile(r"^approval_choose:(\d{1,3})$")
+#: The static select used when a choice has more than five options.
+CHOOSE_SELECT = "approval_choose_select"
+#: Opens the input modal for kind `input`.
+RESPOND = "approval_respond"
+
+#: block_id of the actions block in a request message.
+ACTIONS_BLOCK = "approval_actions"
+
+DENY_MODAL = "approval_deny_modal"
+INPUT_MODAL = "approval_input_modal"
+REASON_BLOCK = "approval_reason_block"
+REASON_ACTION = "approval_reason"
+INPUT_BLOCK = "approval_input_block"
+INPUT_ACTION = "approval_input"
+
+#: Every plain action id a request message can carry (choice buttons match CHOOSE_PATTERN).
+BUTTON_ACTIONS: frozenset[str] = frozenset({APPROVE, DENY, APPROVE_SESSION, CHOOSE_SELECT, RESPOND})
+
+
+def choose_action_id(index: int) -> str:
+    """The action id of the choice button for option `index`."""
+    if index < 0:
+        raise ValueError("option index must be >= 0")
+    return f"{CHOOSE}:{index}"
+
+
+def choice_index(action_id: str) -> int | None:
+    """The option index of a choice button's action id, or None if it is not one."""
+    match = CHOOSE_PATTERN.match(action_id)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class ModalMetadata:
+    """What a modal's `private_metadata` carries: the request id and the message it came from."""
+
+    request_id: str
+    channel: str | None = None
+    ts: str | None = None
+
+
+def encode_metadata(request_id: str, channel: str | None = None, ts: str | None = None) -> str:
+    """A modal's `private_metadata` (JSON; well under Slack's 3000 characters)."""
+    data: dict[str, str] = {"id": request_id}
+    if channel:
+        data["channel"] = channel
+    if ts:
+        data["ts"] = ts
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_metadata(raw: str) -> ModalMetadata:
+    """Read `private_metadata` back; a bare (non-JSON) string is taken as the request id."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return ModalMetadata(request_id=raw)
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        return ModalMetadata(request_id=raw)
+    channel = data.get("channel")
+    ts = data.get("ts")
+    return ModalMetadata(
+        request_id=data["id"],
+        channel=channel if isinstance(channel, str) else None,
+        ts=ts if isinstance(ts, str) else None,
+    )

@@ -1,0 +1,1 @@
+"""Configuration: the settings (the only code reading the environment) and Slack manifests."""

@@ -1,0 +1,230 @@
+"""Masking: secrets and token-like values never survive into text bound for Slack."""
+
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from bot.masking import (
+    MASK,
+    hidden_values,
+    is_sensitive_key,
+    mask_arguments,
+    mask_text,
+    mask_value,
+    secret_values,
+)
+
+ALNUM = string.ascii_letters + string.digits
+UPPER_DIGITS = string.ascii_uppercase + string.digits
+
+TOKENS = [
+    "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOp",
+    "xoxp-1111-2222-3333-abcdef",
+    "xoxa-2-abcdef123456",
+    "xapp-1-A0123-456789-abcdef0123",
+    "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    "gho_16C7e42F292c6912E7710c838347Ae178B4a",
+    "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "AKIAIOSFODNN7EXAMPLE",
+    "sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwxyz",
+    "sk_live_abcdefghijklmnop",
+]
+
+
+@pytest.mark.parametrize("token", TOKENS)
+def test_token_like_values_are_masked_in_text(token: str) -> None:
+    text = f"run with {token} now"
+    out = mask_text(text)
+    assert token not in out
+    assert out.startswith("run with ") and out.endswith(" now")
+    assert MASK in out
+
+
+def test_private_key_block_is_masked_whole() -> None:
+    body = "MIIEpAIBAAKCAQEA7bq\nZm9vYmFyYmF6cXV4\n"
+    text = f"key:\n-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----\ndone"
+    out = mask_text(text)
+    assert "MIIEpAIBAAKCAQEA7bq" not in out and "Zm9vYmFy" not in out
+    assert out.endswith("\ndone")
+
+
+def test_unterminated_private_key_is_masked_to_the_end() -> None:
+    out = mask_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA")
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in out
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("password=hunter2 user=bob", f"password={MASK} user=bob"),
+        ("secret=abc&x=1", f"secret={MASK}&x=1"),
+        ("token=t0k3n", f"token={MASK}"),
+        ('Approve f(password="hunter2", n=1)?', f"Approve f(password={MASK}, n=1)?"),
+        ("DB_PASSWORD: s3cr3t", f"DB_PASSWORD: {MASK}"),
+        ("Server=x;Password=abc;User=y", f"Server=x;Password={MASK};User=y"),
+        ("Authorization: Bearer abc.def", f"Authorization: Bearer {MASK}"),
+        ("curl -H 'Bearer abcdef123'", f"curl -H 'Bearer {MASK}'"),
+        ("postgres://app:pa55w0rd@db:5432/x", f"postgres://app:{MASK}@db:5432/x"),
+    ],
+)
+def test_assignments_mask_only_the_value(text: str, expected: str) -> None:
+    assert mask_text(text) == expected
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "Deploy web to production with 3 replicas (task-42), see https://example.com/a?b=c"
+    assert mask_text(text) == text
+
+
+def test_masking_is_idempotent() -> None:
+    once = mask_text("token=abc ghp_16C7e42F292c6912E7710c838347Ae178B4a Bearer xyz")
+    assert mask_text(once) == once
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password",
+        "db_passwd",
+        "API_KEY",
+        "apiKey",
+        "private_key",
+        "credentials",
+        "Authorization",
+        "github_token",
+        "client_secret",
+    ],
+)
+def test_sensitive_key_names(key: str) -> None:
+    assert is_sensitive_key(key)
+
+
+@pytest.mark.parametrize("key", ["name", "replicas", "path", "command", "author"])
+def test_ordinary_key_names(key: str) -> None:
+    assert not is_sensitive_key(key)
+
+
+def test_low_sensitivity_masks_sensitive_keys_and_tokens_recursively() -> None:
+    args = {
+        "service": "web",
+        "replicas": 3,
+        "dry_run": False,
+        "password": "hunter2",
+        "env": {"API_KEY": "k-123", "REGION": "eu", "nested": [{"token": "t"}]},
+        "headers": ["Authorization: Bearer abcdef", "Accept: json"],
+        "credentials": {"user": "bob", "pass": "pw"},
+    }
+    out = mask_arguments(args, "low")
+    assert out["service"] == "web" and out["replicas"] == 3 and out["dry_run"] is False
+    assert out["password"] == MASK
+    assert out["env"]["API_KEY"] == MASK and out["env"]["REGION"] == "eu"
+    assert out["env"]["nested"] == [{"token": MASK}]
+    assert out["headers"] == [f"Authorization: Bearer {MASK}", "Accept: json"]
+    assert out["credentials"] == {"user": MASK, "pass": MASK}
+    assert args["password"] == "hunter2", "the input must not be changed"
+
+
+def test_secret_sensitivity_masks_every_value_and_keeps_keys() -> None:
+    args = {"to": "alice@example.com", "amount": 120, "meta": {"note": "x", "tags": ["a", "b"]}}
+    out = mask_arguments(args, "secret")
+    assert out == {"to": MASK, "amount": MASK, "meta": {"note": MASK, "tags": [MASK, MASK]}}
+
+
+def test_token_like_keys_are_masked_and_stay_distinct() -> None:
+    args = {
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a": 1,
+        "ghp_26C7e42F292c6912E7710c838347Ae178B4a": 2,
+    }
+    out = mask_arguments(args, "low")
+    assert sorted(out.values()) == [1, 2]
+    assert not any(k.startswith("ghp_") for k in out)
+
+
+def test_mask_value_keeps_shape() -> None:
+    assert mask_value({"a": [1, {"b": None}]}) == {"a": [MASK, {"b": MASK}]}
+    assert mask_value("x") == MASK
+
+
+def test_hide_scrubs_literal_and_json_escaped_values() -> None:
+    value = 'multi\nline "quoted" secret'
+    text = f"raw {value} json {json.dumps(value)}"
+    out = mask_text(text, hide=[value])
+    assert value not in out and json.dumps(value)[1:-1] not in out
+
+
+def test_hidden_values_by_sensitivity() -> None:
+    args = {"user": "bob", "password": "hunter2", "n": {"api_key": 12345}}
+    assert sorted(hidden_values(args, "low")) == ["12345", "hunter2"]
+    assert sorted(hidden_values(args, "secret")) == sorted(secret_values(args))
+    assert "bob" in hidden_values(args, "secret")
+
+
+# ---------------------------------------------------------------- properties
+
+_token = st.one_of(
+    st.builds(
+        lambda p, s: p + s,
+        st.sampled_from(["xoxb-", "xoxp-", "xoxa-", "xapp-"]),
+        st.text(ALNUM + "-", min_size=8, max_size=40),
+    ),
+    st.builds(
+        lambda p, s: p + s,
+        st.sampled_from(["ghp_", "gho_"]),
+        st.text(ALNUM, min_size=20, max_size=40),
+    ),
+    st.builds(lambda s: "github_pat_" + s, st.text(ALNUM + "_", min_size=20, max_size=60)),
+    st.builds(lambda s: "AKIA" + s, st.text(UPPER_DIGITS, min_size=16, max_size=16)),
+    st.builds(lambda s: "sk-" + s, st.text(ALNUM + "-_", min_size=20, max_size=48)),
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        st.sampled_from(["password", "secret", "token"]),
+        st.text(ALNUM + "!#$%*+/", min_size=6, max_size=30),
+    ),
+)
+_filler = st.text(string.printable, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=_filler, token=_token, suffix=_filler)
+def test_property_token_never_survives(prefix: str, token: str, suffix: str) -> None:
+    text = f"{prefix} {token} {suffix}"
+    secret = token.split("=", 1)[1] if "=" in token else token
+    assume(secret not in prefix and secret not in suffix)
+    out = mask_text(text)
+    assert secret not in out
+    nested = mask_arguments({"a": text, "b": [text, {"c": text}]}, "low")
+    assert secret not in json.dumps(nested, ensure_ascii=False)
+
+
+_json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
+)
+_json = st.recursive(
+    _json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(args=st.dictionaries(st.text(ALNUM, min_size=1, max_size=8), _json, max_size=6))
+def test_property_secret_sensitivity_leaves_only_masks(args: dict[str, object]) -> None:
+    out = mask_arguments(args, "secret")
+    assert list(out) == [mask_text(k) for k in args]
+
+    def leaves(value: object) -> list[object]:
+        if isinstance(value, dict):
+            return [x for v in value.values() for x in leaves(v)]
+        if isinstance(value, list):
+            return [x for v in value for x in leaves(v)]
+        return [value]
+
+    assert all(leaf == MASK for leaf in leaves(out))

@@ -1,0 +1,746 @@
+"""Local Slack Web API + Socket Mode emulator (aiohttp) that bot tests and benchmarks use."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from aiohttp import WSCloseCode, WSMsgType, web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+JSON_FIELDS = frozenset({"blocks", "attachments", "view", "metadata"})
+MAX_MESSAGE_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
+MAX_TEXT = 40_000
+RESPONSE_PAYLOAD_TYPES = frozenset({"view_submission", "block_suggestion"})
+SERVER_ERROR_PAGE = "<html><body><h1>Service Unavailable</h1></body></html>"
+
+
+@dataclass
+class Call:
+    """One Web API request as the emulator received and answered it."""
+
+    method: str
+    body: dict[str, Any]
+    headers: Mapping[str, str]
+    at: float  # time.monotonic() on arrival
+    status: int = 200
+    response: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200 and bool(self.response and self.response.get("ok"))
+
+
+@dataclass
+class Posted:
+    """One POST to a response_url on the emulator."""
+
+    name: str
+    body: dict[str, Any]
+    at: float
+
+
+@dataclass
+class _Fault:
+    kind: str  # "error" | "ratelimit" | "server"
+    value: Any
+    times: int
+
+
+class _SlackError(Exception):
+    def __init__(self, error: str, **extra: Any) -> None:
+        super().__init__(error)
+        self.error = error
+        self.extra = extra
+
+
+class SlackEmulator:
+    """Slack Web API emulator on 127.0.0.1 with an ephemeral port, started in the test's loop."""
+
+    TEAM_ID = "T0EMULATED"
+    BOT_USER_ID = "U0BOTUSER"
+    BOT_ID = "B0BOTID"
+    APP_ID = "A0APPID"
+
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-test",
+        app_token: str = "xapp-test",
+        channels: Iterable[str] | None = None,
+        not_in_channels: Iterable[str] = (),
+        users: Mapping[str, Mapping[str, Any]] | None = None,
+        usergroups: Mapping[str, Iterable[str]] | None = None,
+        latency: float = 0.0,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.token = token
+        self.app_token = app_token
+        self.channels: set[str] | None = None if channels is None else set(channels)
+        self.not_in_channels = set(not_in_channels)
+        self.users: dict[str, dict[str, Any]] | None = None
+        if users is not None:
+            self.users = {}
+            for uid, info in users.items():
+                self.add_user(uid, **info)
+        self.usergroups = {g: list(u) for g, u in (usergroups or {}).items()}
+        self.latency = latency
+        self.latency_by_method: dict[str, float] = {}
+        self.host = host
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._sockets: list[web.WebSocketResponse] = []
+        self._tickets: set[str] = set()
+        self._acks: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._round_robin = itertools.count()
+        self._changed = asyncio.Event()
+        self._last_ts = 0
+        self._rate: tuple[float, float] | None = None
+        self.reset()
+
+    # ----- lifecycle
+
+    async def start(self) -> Self:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_post("/response/{name}", self._handle_response_url)
+        app.router.add_get("/socket/link/", self._handle_socket)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, 0).start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def stop(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"emulator stopped")
+        for fut in self._acks.values():
+            fut.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """Give this to AsyncWebClient(base_url=...); ends with '/' as slack_sdk expects."""
+        return f"{self.base_url}/api/"
+
+    def response_url(self, name: str, *, channel: str | None = None, ts: str | None = None) -> str:
+        """A response_url here; bound to (channel, ts) it honours replace/delete_original."""
+        if channel is not None and ts is not None:
+            self._response_targets[name] = (channel, ts)
+        return f"{self.base_url}/response/{name}"
+
+    # ----- state and configuration
+
+    def reset(self) -> None:
+        """Forget calls, responses, messages, views, faults, rate limits; users/channels stay."""
+        self.calls: list[Call] = []
+        self._by_method: dict[str, list[Call]] = {}
+        self.responses: list[Posted] = []
+        self.socket_acks: list[dict[str, Any]] = []
+        self.messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.views: dict[str, dict[str, Any]] = {}
+        self._dms: dict[tuple[str, ...], str] = {}
+        self._faults: dict[str, deque[_Fault]] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._response_targets: dict[str, tuple[str, str]] = {}
+        self._rate = None
+        self._notify()
+
+    def add_user(
+        self,
+        user_id: str,
+        name: str | None = None,
+        real_name: str | None = None,
+        display_name: str | None = None,
+        **extra: Any,
+    ) -> None:
+        if self.users is None:
+            self.users = {}
+        self.users[user_id] = _user(user_id, name, real_name, display_name, self.TEAM_ID) | extra
+
+    def add_usergroup(self, group_id: str, users: Iterable[str]) -> None:
+        self.usergroups[group_id] = list(users)
+
+    def set_latency(self, seconds: float, method: str | None = None) -> None:
+        if method is None:
+            self.latency = seconds
+        else:
+            self.latency_by_method[method] = seconds
+
+    def fail_next(self, method: str, error: str = "channel_not_found", times: int = 1) -> None:
+        self._faults.setdefault(method, deque()).append(_Fault("error", error, times))
+
+    def rate_limit_next(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+        self._faults.setdefault(method, deque()).append(_Fault("ratelimit", retry_after, times))
+
+    def server_error_next(self, method: str, status: int = 500, times: int = 1) -> None:
+        self._faults.setdefault(method, deque()).append(_Fault("server", status, times))
+
+    def enforce_rate(self, per_channel_per_second: float = 1.0, burst: int = 1) -> None:
+        """Token bucket per channel for chat.postMessage; over the limit → 429 + Retry-After."""
+        self._rate = (per_channel_per_second, float(burst))
+        self._buckets.clear()
+
+    def calls_to(self, method: str, *, ok: bool | None = None) -> list[Call]:
+        calls = self._by_method.get(method, [])
+        return list(calls) if ok is None else [c for c in calls if c.ok == ok]
+
+    def messages_in(self, channel: str) -> list[dict[str, Any]]:
+        return [m for (ch, ts), m in sorted(self.messages.items()) if ch == channel]
+
+    # ----- waiting (event based)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 5.0,  # noqa: ASYNC109
+        what: str = "condition",
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                seen = sorted({c.method for c in self.calls})
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; saw {seen}")
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    async def wait_for(
+        self,
+        method: str,
+        count: int = 1,
+        timeout: float = 5.0,  # noqa: ASYNC109
+        *,
+        ok: bool | None = None,
+    ) -> list[Call]:
+        def enough() -> bool:
+            calls = self._by_method.get(method, [])
+            return len(calls) >= count and (
+                ok is None or len(self.calls_to(method, ok=ok)) >= count
+            )
+
+        await self.wait_until(enough, timeout, f"{count} x {method}")
+        return self.calls_to(method, ok=ok)
+
+    async def wait_for_response(
+        self,
+        name: str | None = None,
+        count: int = 1,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> list[Posted]:
+        def matching() -> list[Posted]:
+            return [r for r in self.responses if name is None or r.name == name]
+
+        await self.wait_until(lambda: len(matching()) >= count, timeout, f"response_url {name}")
+        return matching()
+
+    # ----- HTTP handlers
+
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.monotonic()
+        method = request.match_info["method"]
+        body = await _read_body(request)
+        delay = self.latency_by_method.get(method, self.latency)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        status, payload, headers = self._dispatch(method, body, request.headers)
+        snapshot = CIMultiDictProxy(CIMultiDict(request.headers))
+        call = Call(method, body, snapshot, arrived, status, payload)
+        self.calls.append(call)
+        self._by_method.setdefault(method, []).append(call)
+        self._notify()
+        if payload is None:
+            return web.Response(status=status, text=SERVER_ERROR_PAGE, content_type="text/html")
+        return web.json_response(payload, status=status, headers=headers)
+
+    def _dispatch(
+        self, method: str, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, Any] | None, dict[str, str]]:
+        handler = self._methods().get(method)
+        if handler is None:
+            return 200, {"ok": False, "error": "unknown_method"}, {}
+        auth = headers.get("Authorization", "")
+        token = auth[7:].strip() if auth.startswith("Bearer ") else body.get("token")
+        if not token:
+            return 200, {"ok": False, "error": "not_authed"}, {}
+        if token not in (self.token, self.app_token):
+            return 200, {"ok": False, "error": "invalid_auth"}, {}
+        if (token == self.app_token) != (method == "apps.connections.open"):
+            return 200, {"ok": False, "error": "not_allowed_token_type"}, {}
+        fault = self._take_fault(method)
+        if fault is not None and fault.kind == "server":
+            return int(fault.value), None, {}
+        if fault is not None and fault.kind == "ratelimit":
+            return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(fault.value)}
+        if fault is not None:
+            return 200, {"ok": False, "error": str(fault.value)}, {}
+        if method == "chat.postMessage" and self._rate is not None:
+            wait = self._take_token(str(body.get("channel", "")))
+            if wait > 0:
+                retry_after = str(max(1, math.ceil(wait)))
+                return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": retry_after}
+        try:
+            return 200, {"ok": True, **handler(body)}, {}
+        except _SlackError as e:
+            return 200, {"ok": False, "error": e.error, **e.extra}, {}
+
+    def _take_fault(self, method: str) -> _Fault | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.popleft()
+        return fault
+
+    def _take_token(self, channel: str) -> float:
+        """Consume one token for channel; return seconds to wait if none is available."""
+        assert self._rate is not None
+        rate, burst = self._rate
+        now = time.monotonic()
+        tokens, updated = self._buckets.get(channel, (burst, now))
+        tokens = min(burst, tokens + (now - updated) * rate)
+        if tokens >= 1:
+            self._buckets[channel] = (tokens - 1, now)
+            return 0.0
+        self._buckets[channel] = (tokens, now)
+        return (1 - tokens) / rate
+
+    async def _handle_response_url(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        body = await _read_body(request)
+        self.responses.append(Posted(name, body, time.monotonic()))
+        target = self._response_targets.get(name)
+        if target is not None and target in self.messages:
+            if _truthy(body.get("delete_original")):
+                del self.messages[target]
+            elif _truthy(body.get("replace_original")):
+                self._replace(target, body)
+        self._notify()
+        return web.Response(text="ok")
+
+    # ----- Socket Mode
+
+    async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
+        ticket = request.query.get("ticket", "")
+        if ticket not in self._tickets:
+            return web.Response(status=401, text="invalid ticket")
+        self._tickets.discard(ticket)
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        hello = {
+            "type": "hello",
+            "num_connections": len(self._sockets) + 1,
+            "debug_info": {"host": "applink-emulator", "approximate_connection_time": 18060},
+            "connection_info": {"app_id": self.APP_ID},
+        }
+        await ws.send_json(hello)
+        self._sockets.append(ws)
+        self._notify()
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                self.socket_acks.append(frame)
+                fut = self._acks.get(str(frame.get("envelope_id")))
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+                self._notify()
+        finally:
+            self._sockets.remove(ws)
+            self._notify()
+        return ws
+
+    @property
+    def socket_connections(self) -> int:
+        return len(self._sockets)
+
+    async def socket_send(
+        self,
+        envelope_type: str,
+        payload: dict[str, Any],
+        *,
+        accepts_response_payload: bool = False,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """Send an envelope over a live socket (round robin) and return the client's ack frame."""
+        await self.wait_until(lambda: bool(self._sockets), timeout, "a Socket Mode connection")
+        envelope_id = str(uuid.uuid4())
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._acks[envelope_id] = fut
+        ws = self._sockets[next(self._round_robin) % len(self._sockets)]
+        envelope = {
+            "envelope_id": envelope_id,
+            "type": envelope_type,
+            "accepts_response_payload": accepts_response_payload,
+            "payload": payload,
+        }
+        try:
+            await ws.send_json(envelope)
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._acks.pop(envelope_id, None)
+
+    async def socket_send_interactive(
+        self,
+        payload: dict[str, Any],
+        *,
+        accepts_response_payload: bool | None = None,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """Like Slack: view_submission / block_suggestion envelopes accept a response payload."""
+        if accepts_response_payload is None:
+            accepts_response_payload = payload.get("type") in RESPONSE_PAYLOAD_TYPES
+        accepts = accepts_response_payload
+        return await self.socket_send(
+            "interactive", payload, accepts_response_payload=accepts, timeout=timeout
+        )
+
+    async def socket_disconnect(self, reason: str = "refresh_requested") -> None:
+        """Ask every connected client to reconnect, as Slack does before rotating a socket."""
+        for ws in list(self._sockets):
+            await ws.send_json(
+                {"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-emulator"}}
+            )
+
+    # ----- Web API methods
+
+    def _methods(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        return {
+            "auth.test": self._auth_test,
+            "apps.connections.open": self._connections_open,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "chat.postEphemeral": self._post_ephemeral,
+            "views.open": self._views_open,
+            "views.update": self._views_update,
+            "usergroups.users.list": self._usergroup_users,
+            "users.info": self._users_info,
+            "conversations.open": self._conversations_open,
+        }
+
+    def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "url": "https://emulated.slack.com/",
+            "team": "Emulated Workspace",
+            "user": "approval-bot",
+            "team_id": self.TEAM_ID,
+            "user_id": self.BOT_USER_ID,
+            "bot_id": self.BOT_ID,
+            "is_enterprise_install": False,
+        }
+
+    def _connections_open(self, body: dict[str, Any]) -> dict[str, Any]:
+        ticket = uuid.uuid4().hex
+        self._tickets.add(ticket)
+        host = self.host
+        return {"url": f"ws://{host}:{self.port}/socket/link/?ticket={ticket}&app_id={self.APP_ID}"}
+
+    def _channel(self, body: dict[str, Any]) -> str:
+        channel = str(body.get("channel") or "")
+        if channel[:1] in {"U", "W"} and self._user(channel):
+            channel = self._dm((channel,))
+        elif not channel or (self.channels is not None and channel not in self.channels):
+            raise _SlackError("channel_not_found")
+        if channel in self.not_in_channels:
+            raise _SlackError("not_in_channel")
+        return channel
+
+    def _check_content(self, body: dict[str, Any]) -> None:
+        text, blocks = body.get("text"), body.get("blocks")
+        if not (text or blocks or body.get("attachments") or body.get("markdown_text")):
+            raise _SlackError("no_text")
+        if isinstance(text, str) and len(text) > MAX_TEXT:
+            raise _SlackError("msg_too_long")
+        if isinstance(blocks, str):
+            raise _SlackError("invalid_blocks_format")
+        if blocks is not None:
+            errors = _block_errors(blocks, MAX_MESSAGE_BLOCKS)
+            if errors:
+                raise _SlackError(
+                    "invalid_blocks", errors=errors, response_metadata={"messages": errors}
+                )
+
+    def _next_ts(self) -> str:
+        self._last_ts = max(int(time.time() * 1_000_000), self._last_ts + 1)
+        return f"{self._last_ts // 1_000_000}.{self._last_ts % 1_000_000:06d}"
+
+    def _post_message(self, body: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel(body)
+        self._check_content(body)
+        ts = self._next_ts()
+        message: dict[str, Any] = {
+            "type": "message",
+            "user": self.BOT_USER_ID,
+            "bot_id": self.BOT_ID,
+            "app_id": self.APP_ID,
+            "team": self.TEAM_ID,
+            "text": body.get("text") or "",
+            "ts": ts,
+        }
+        for key in ("blocks", "attachments", "markdown_text", "thread_ts", "metadata"):
+            if body.get(key) is not None:
+                message[key] = body[key]
+        self.messages[(channel, ts)] = message
+        return {"channel": channel, "ts": ts, "message": message}
+
+    def _replace(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        message = dict(self.messages[key])
+        if "text" in body:
+            message["text"] = body["text"] or ""
+        for field in ("blocks", "attachments"):
+            if field in body:  # absent keeps the old value, an empty list removes it (like Slack)
+                if body[field]:
+                    message[field] = body[field]
+                else:
+                    message.pop(field, None)
+        message["edited"] = {"user": self.BOT_USER_ID, "ts": self._next_ts()}
+        self.messages[key] = message
+        return message
+
+    def _update(self, body: dict[str, Any]) -> dict[str, Any]:
+        channel = self._channel(body)
+        key = (channel, str(body.get("ts") or ""))
+        if key not in self.messages:
+            raise _SlackError("message_not_found")
+        self._check_content(body)
+        message = self._replace(key, body)
+        return {"channel": channel, "ts": key[1], "text": message["text"], "message": message}
+
+    def _post_ephemeral(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._channel(body)
+        user = str(body.get("user") or "")
+        if not self._user(user):
+            raise _SlackError("user_not_in_channel")
+        self._check_content(body)
+        return {"message_ts": self._next_ts()}
+
+    def _views_open(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("trigger_id") and not body.get("interactivity_pointer"):
+            raise _SlackError("invalid_trigger_id")
+        view_id = f"V{uuid.uuid4().hex[:10].upper()}"
+        view = self._view(view_id, body.get("view"))
+        view["root_view_id"] = view_id
+        self.views[view_id] = view
+        return {"view": view}
+
+    def _views_update(self, body: dict[str, Any]) -> dict[str, Any]:
+        view_id = body.get("view_id")
+        if not view_id and body.get("external_id"):
+            found = [v for v in self.views.values() if v["external_id"] == body["external_id"]]
+            view_id = found[0]["id"] if found else None
+        old = self.views.get(str(view_id))
+        if old is None:
+            raise _SlackError("not_found")
+        if body.get("hash") and body["hash"] != old["hash"]:
+            raise _SlackError("hash_conflict")
+        view = self._view(old["id"], body.get("view"))
+        view["root_view_id"] = old["root_view_id"]
+        self.views[old["id"]] = view
+        return {"view": view}
+
+    def _view(self, view_id: str, spec: Any) -> dict[str, Any]:
+        if not isinstance(spec, dict) or spec.get("type") not in {"modal", "home"}:
+            raise _SlackError("invalid_arguments", response_metadata={"messages": ["bad view"]})
+        errors = _block_errors(spec.get("blocks", []), MAX_VIEW_BLOCKS)
+        for field in ("title", "submit", "close"):
+            if field in spec or (field == "title" and spec["type"] == "modal"):
+                _text(errors, spec.get(field), 24, f"/view/{field}")
+        if len(str(spec.get("private_metadata", ""))) > 3000:
+            errors.append("must be less than 3001 characters [json-pointer:/view/private_metadata]")
+        if errors:
+            messages = [f"[ERROR] {e}" for e in errors]
+            raise _SlackError("invalid_arguments", response_metadata={"messages": messages})
+        view = {k: spec.get(k) for k in ("type", "title", "submit", "close")}
+        view |= {k: spec.get(k, "") for k in ("private_metadata", "callback_id", "external_id")}
+        view |= {k: bool(spec.get(k)) for k in ("clear_on_close", "notify_on_close")}
+        hash_ = f"{int(time.time())}.{uuid.uuid4().hex[:8]}"
+        ids = {"id": view_id, "team_id": self.TEAM_ID, "app_id": self.APP_ID, "bot_id": self.BOT_ID}
+        return (
+            view | ids | {"blocks": spec.get("blocks", []), "state": {"values": {}}, "hash": hash_}
+        )
+
+    def _usergroup_users(self, body: dict[str, Any]) -> dict[str, Any]:
+        group = str(body.get("usergroup") or "")
+        if group not in self.usergroups:
+            raise _SlackError("no_such_subteam")
+        return {"users": list(self.usergroups[group])}
+
+    def _user(self, user_id: str) -> dict[str, Any] | None:
+        if self.users is not None:
+            return self.users.get(user_id)
+        if len(user_id) > 1 and user_id[0] in "UW" and user_id.isalnum() and user_id.isupper():
+            return _user(user_id, None, None, None, self.TEAM_ID)
+        return None
+
+    def _users_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        user = self._user(str(body.get("user") or ""))
+        if user is None:
+            raise _SlackError("user_not_found")
+        return {"user": user}
+
+    def _dm(self, users: tuple[str, ...]) -> str:
+        key = tuple(sorted(users))
+        if key not in self._dms:
+            self._dms[key] = f"D{len(self._dms) + 1:08d}"
+            if self.channels is not None:
+                self.channels.add(self._dms[key])
+        return self._dms[key]
+
+    def _conversations_open(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("channel"):
+            return {"channel": {"id": self._channel(body)}}
+        users = tuple(u for u in str(body.get("users") or "").split(",") if u)
+        if not users:
+            raise _SlackError("users_list_not_supplied")
+        if any(self._user(u) is None for u in users):
+            raise _SlackError("user_not_found")
+        channel: dict[str, Any] = {"id": self._dm(users)}
+        if _truthy(body.get("return_im")):
+            channel |= {"is_im": len(users) == 1, "user": users[0], "created": int(time.time())}
+        return {"channel": channel}
+
+
+# ----- request parsing and Block Kit limits
+
+
+async def _read_body(request: web.Request) -> dict[str, Any]:
+    """Query string + form or JSON body, with JSON-valued form fields (blocks, view...) decoded."""
+    body: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        raw = await request.text()
+        if raw.strip():
+            parsed = json.loads(raw)
+            body |= parsed if isinstance(parsed, dict) else {"_json": parsed}
+        return body
+    form = await request.post()
+    for key, value in form.items():
+        body[key] = value if isinstance(value, str) else str(value)
+    for key in JSON_FIELDS & body.keys():
+        if isinstance(body[key], str) and body[key][:1] in {"[", "{"}:
+            try:
+                body[key] = json.loads(body[key])
+            except ValueError:
+                pass
+    return body
+
+
+def _truthy(value: Any) -> bool:
+    return value in (True, 1, "1", "true", "True")
+
+
+def _user(
+    user_id: str, name: str | None, real_name: str | None, display: str | None, team: str
+) -> dict[str, Any]:
+    """A users.info user object (the fields a bot reads)."""
+    name = name or user_id.lower()
+    real = real_name or name.title()
+    display = display if display is not None else name
+    profile = {"real_name": real, "display_name": display, "team": team}
+    profile |= {"real_name_normalized": real, "display_name_normalized": display}
+    user = {"id": user_id, "team_id": team, "name": name, "real_name": real, "profile": profile}
+    return user | {"deleted": False, "is_bot": False, "is_admin": False, "tz": "Europe/London"}
+
+
+def _text(errors: list[str], obj: Any, limit: int, path: str) -> None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        errors.append(f"must provide an object [json-pointer:{path}]")
+    elif not obj["text"]:
+        errors.append(f"must be more than 0 characters [json-pointer:{path}/text]")
+    elif len(obj["text"]) > limit:
+        errors.append(f"must be less than {limit + 1} characters [json-pointer:{path}/text]")
+
+
+def _max_len(errors: list[str], value: Any, limit: int, path: str) -> None:
+    if value is not None and len(str(value)) > limit:
+        errors.append(f"must be less than {limit + 1} characters [json-pointer:{path}]")
+
+
+def _element(errors: list[str], el: Any, path: str) -> None:
+    if not isinstance(el, dict) or "type" not in el:
+        errors.append(f"must provide an object with a type [json-pointer:{path}]")
+        return
+    _max_len(errors, el.get("action_id"), 255, f"{path}/action_id")
+    if el["type"] == "button":
+        _text(errors, el.get("text"), 75, f"{path}/text")
+        _max_len(errors, el.get("value"), 2000, f"{path}/value")
+        _max_len(errors, el.get("url"), 3000, f"{path}/url")
+    options: list[Any] = el["options"] if isinstance(el.get("options"), list) else []
+    if len(options) > 100:
+        errors.append(f"no more than 100 items allowed [json-pointer:{path}/options]")
+    for j, option in enumerate(o if isinstance(o, dict) else {} for o in options):
+        _text(errors, option.get("text"), 75, f"{path}/options/{j}/text")
+        _max_len(errors, option.get("value"), 150, f"{path}/options/{j}/value")
+
+
+def _block_errors(blocks: Any, limit: int) -> list[str]:
+    """Slack's Block Kit limits that a renderer can break, as Slack words its errors."""
+    if not isinstance(blocks, list):
+        return ["must be an array [json-pointer:/blocks]"]
+    errors: list[str] = []
+    if len(blocks) > limit:
+        errors.append(f"no more than {limit} items allowed [json-pointer:/blocks]")
+    block_ids: set[str] = set()
+    for i, block in enumerate(blocks):
+        path = f"/blocks/{i}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            errors.append(f"must provide an object with a type [json-pointer:{path}]")
+            continue
+        if "block_id" in block:
+            if block["block_id"] in block_ids:
+                errors.append(f"duplicate block_id [json-pointer:{path}/block_id]")
+            block_ids.add(block["block_id"])
+            _max_len(errors, block["block_id"], 255, f"{path}/block_id")
+        kind, elements = block["type"], block.get("elements")
+        if kind == "section":
+            if "text" in block or "fields" not in block:
+                _text(errors, block.get("text"), 3000, f"{path}/text")
+            for j, fld in enumerate(block.get("fields") or []):
+                _text(errors, fld, 2000, f"{path}/fields/{j}")
+            if len(block.get("fields") or []) > 10:
+                errors.append(f"no more than 10 items allowed [json-pointer:{path}/fields]")
+            if "accessory" in block:
+                _element(errors, block["accessory"], f"{path}/accessory")
+        elif kind == "header":
+            _text(errors, block.get("text"), 150, f"{path}/text")
+        elif kind in {"actions", "context"}:
+            most = 25 if kind == "actions" else 10
+            if not isinstance(elements, list) or not 1 <= len(elements) <= most:
+                errors.append(f"must have 1 to {most} items [json-pointer:{path}/elements]")
+            elif kind == "actions":
+                for j, el in enumerate(elements):
+                    _element(errors, el, f"{path}/elements/{j}")
+        elif kind == "input":
+            _text(errors, block.get("label"), 2000, f"{path}/label")
+            _element(errors, block.get("element"), f"{path}/element")
+    return errors
