@@ -1,0 +1,307 @@
+"""Composing and running the bot: Redis, the aiohttp app (Slack, API, health), dispatcher, sweeper.
+
+`Bot` holds every running part of one process and starts/stops them in
+order; `serve(settings)` is what `approval-bot serve` runs. Any number of
+replicas may run against one Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from approvals.connection import connect
+from approvals.keys import Keys
+from approvals.policy import Policy
+from approvals.policy_file import PolicyError, load_policy
+from approvals.service import ApprovalService
+from approvals.store import ApprovalStore
+from approvals.waiting import Waiter
+from bot import api, embedded_redis, listeners
+from bot.context import UNROUTED_CHANNEL, BotContext
+from bot.directory import Directory
+from bot.dispatcher import Dispatcher, DispatcherOptions
+from bot.sweeper import Sweeper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BotConfig:
+    """Plain values for one bot process (start-up code builds this from `Settings`)."""
+
+    redis_url: str
+    prefix: str = "approvals"
+    host: str = "0.0.0.0"
+    port: int = 3000
+    slack_bot_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_app_token: str | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    api_tokens: tuple[str, ...] = ()
+    default_channel: str | None = None
+    reviewers: tuple[str, ...] = ()
+    policy_file: Path | None = None
+    consumer: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    dispatcher: DispatcherOptions = field(default_factory=DispatcherOptions)
+    sweep_interval: float = 1.0
+
+    @property
+    def slack_enabled(self) -> bool:
+        return bool(self.slack_bot_token)
+
+
+def build_policy(config: BotConfig) -> Policy:
+    """The policy file if one is configured, else ask everything on the default route."""
+    if config.policy_file is not None:
+        return load_policy(
+            config.policy_file,
+            default_channel=config.default_channel or UNROUTED_CHANNEL,
+            default_reviewers=config.reviewers,
+        )
+    return Policy.default(config.default_channel or UNROUTED_CHANNEL, config.reviewers)
+
+
+class Bot:
+    """One bot process: start() brings every part up, stop() takes it down in reverse."""
+
+    def __init__(self, config: BotConfig, policy: Policy | None = None) -> None:
+        self.config = config
+        self.policy = policy or build_policy(config)
+        self.ctx: BotContext | None = None
+        self.bolt: AsyncApp | None = None
+        self.web: web.Application | None = None
+        self.runner: web.AppRunner | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.sweeper: Sweeper | None = None
+        self.socket_handler: Any = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        cfg = self.config
+        redis = connect(cfg.redis_url, client_name=f"approval-bot:{cfg.consumer}")
+        waiter_redis = connect(
+            cfg.redis_url, max_connections=2, client_name=f"approval-bot-waiter:{cfg.consumer}"
+        )
+        keys = Keys(cfg.prefix)
+        store = ApprovalStore(redis, keys)
+        slack = None
+        self._http: aiohttp.ClientSession | None = None
+        if cfg.slack_enabled:
+            # One shared session: without it slack_sdk opens a connection per call.
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            slack = AsyncWebClient(
+                token=cfg.slack_bot_token,
+                base_url=cfg.slack_api_url,
+                session=self._http,
+                timeout=30,
+            )
+        directory = Directory(slack, redis, keys)
+        service = ApprovalService(store, self.policy, membership=directory.members)
+        waiter = Waiter(waiter_redis, keys)
+        await waiter.start()
+        self.ctx = BotContext(
+            redis=redis,
+            keys=keys,
+            store=store,
+            service=service,
+            waiter=waiter,
+            api_tokens=cfg.api_tokens,
+            slack=slack,
+        )
+        self._waiter_redis = waiter_redis
+        if slack is not None:
+            self.bolt = AsyncApp(
+                client=slack,
+                signing_secret=cfg.slack_signing_secret or "socket-mode-unused",
+                request_verification_enabled=not cfg.slack_app_token,
+                process_before_response=False,
+            )
+            listeners.register(self.bolt, self.ctx)
+        self.web = build_web_app(self.ctx, self.bolt)
+        self.runner = web.AppRunner(self.web, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, cfg.host, cfg.port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else cfg.port
+        self.sweeper = Sweeper(service, cfg.sweep_interval)
+        await self.sweeper.start()
+        if slack is not None:
+            self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
+            await self.dispatcher.start()
+        if slack is not None and cfg.slack_app_token and self.bolt is not None:
+            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+            self.socket_handler = AsyncSocketModeHandler(self.bolt, cfg.slack_app_token)
+            await self.socket_handler.connect_async()
+        mode = ("socket mode" if cfg.slack_app_token else "http mode") if slack else "no slack"
+        log.info(
+            "bot started port=%s mode=%s prefix=%s consumer=%s",
+            self.port,
+            mode,
+            cfg.prefix,
+            cfg.consumer,
+        )
+
+    async def stop(self) -> None:
+        if self.socket_handler is not None:
+            with contextlib.suppress(Exception):
+                await self.socket_handler.close_async()
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+        if self.sweeper is not None:
+            await self.sweeper.stop()
+        if self.runner is not None:
+            await self.runner.cleanup()
+        if self.ctx is not None:
+            await self.ctx.waiter.stop()
+            await self.ctx.redis.aclose()
+            await self._waiter_redis.aclose()
+        if self._http is not None:
+            await self._http.close()
+        log.info("bot stopped")
+
+    def reload_policy(self) -> bool:
+        """Re-read the policy file; a bad file keeps the old policy and logs why."""
+        try:
+            policy = build_policy(self.config)
+        except PolicyError as e:
+            log.error("policy reload failed; keeping the old policy\n%s", e.message)
+            return False
+        self.policy = policy
+        if self.ctx is not None:
+            self.ctx.service.policy = policy
+        log.info("policy reloaded rules=%d routes=%d", len(policy.rules), len(policy.routes))
+        return True
+
+
+def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
+    """The aiohttp app: /slack/events (bolt), the agent API, /healthz and /metrics."""
+    app = web.Application(middlewares=[api.error_middleware], client_max_size=ctx.max_body_bytes)
+
+    async def slack_events(request: web.Request) -> web.Response:
+        if bolt is None:
+            return web.json_response(
+                {
+                    "error": {
+                        "code": "slack_not_configured",
+                        "message": "Slack is not configured: set SLACK_BOT_TOKEN and "
+                        "SLACK_SIGNING_SECRET",
+                    }
+                },
+                status=503,
+            )
+        return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
+
+    async def healthz(request: web.Request) -> web.Response:
+        try:
+            redis_ok = bool(await asyncio.wait_for(ctx.redis.ping(), 2))
+        except Exception:
+            redis_ok = False
+        body = {
+            "ok": redis_ok,
+            "redis": redis_ok,
+            "slack": "configured" if ctx.slack is not None else "not configured",
+            "waiting": ctx.waiter.waiting,
+        }
+        return web.json_response(body, status=200 if redis_ok else 503)
+
+    async def metrics(request: web.Request) -> web.Response:
+        pending = await ctx.redis.zcard(ctx.keys.pending)
+        lines = [
+            "# TYPE approvals_pending gauge",
+            f"approvals_pending {pending}",
+            "# TYPE approvals_waiters gauge",
+            f"approvals_waiters {ctx.waiter.waiting}",
+        ]
+        for name, value in sorted(ctx.metrics.items()):
+            lines += [f"# TYPE approvals_{name} counter", f"approvals_{name} {value:g}"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    app.router.add_post("/slack/events", slack_events)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    api.add_routes(app, ctx)
+    return app
+
+
+def _redis_answers(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 6379), 1):
+            return True
+    except OSError:
+        return False
+
+
+async def serve(settings: Any) -> None:
+    """`approval-bot serve`: run until SIGINT/SIGTERM; SIGHUP reloads the policy file."""
+    embedded = None
+    redis_url = settings.redis_url
+    if redis_url is None and not _redis_answers(settings.redis_url_or_default):
+        data_dir = Path(settings.approvals_data_dir) / "redis"
+        embedded = embedded_redis.start(data_dir)
+        redis_url = embedded.url
+        log.warning(
+            "REDIS_URL is not set and nothing answers on localhost:6379: started an "
+            "embedded Redis on %s with its data in %s (append-only file on)",
+            redis_url,
+            data_dir,
+        )
+    redis_url = redis_url or settings.redis_url_or_default
+
+    def secret(value: Any) -> str | None:
+        return value.get_secret_value() if value is not None else None
+
+    config = BotConfig(
+        redis_url=redis_url,
+        prefix=settings.approvals_prefix,
+        port=settings.port,
+        slack_bot_token=secret(settings.slack_bot_token),
+        slack_signing_secret=secret(settings.slack_signing_secret),
+        slack_app_token=secret(settings.slack_app_token),
+        slack_api_url=settings.slack_api_url,
+        api_tokens=tuple(t.get_secret_value() for t in settings.approvals_api_tokens),
+        default_channel=settings.approvals_default_channel,
+        reviewers=tuple(settings.approvals_reviewers),
+        policy_file=settings.approvals_policy_file,
+        dispatcher=DispatcherOptions(pacing=settings.approvals_slack_pacing),
+    )
+    if not config.slack_enabled:
+        log.warning(
+            "Slack is not configured: requests are stored but not posted. Set "
+            "SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or SLACK_APP_TOKEN for Socket "
+            "Mode) — see README 'Slack app setup'. Decide meanwhile with "
+            "`approval-bot pending` / `approval-bot approve ID`."
+        )
+    if not config.api_tokens:
+        log.warning("APPROVALS_API_TOKENS is empty: the HTTP API answers 503 until it is set")
+    bot = Bot(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, bot.reload_policy)
+    try:
+        await bot.start()
+        await stop.wait()
+    finally:
+        await bot.stop()
+        if embedded is not None:
+            embedded.stop()

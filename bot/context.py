@@ -1,0 +1,41 @@
+"""The bot's dependencies, built once at start-up and handed to every part (no globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from approvals.keys import Keys
+from approvals.service import ApprovalService
+from approvals.store import ApprovalStore
+from approvals.waiting import Waiter
+
+#: The default route's channel when APPROVALS_DEFAULT_CHANNEL is not set. Requests routed
+#: there are not posted (the dispatcher ends them with an error naming the setting); with
+#: Slack off they wait for a decision from the CLI or the API.
+UNROUTED_CHANNEL = "C0UNROUTED"
+
+
+@dataclass
+class BotContext:
+    """What the Slack listeners, the HTTP API, the dispatcher and the sweeper share."""
+
+    redis: Redis
+    keys: Keys
+    store: ApprovalStore
+    service: ApprovalService
+    waiter: Waiter
+    #: Bearer tokens the HTTP API accepts (plain strings; never logged).
+    api_tokens: tuple[str, ...] = ()
+    #: slack_sdk AsyncWebClient, or None when Slack is not configured.
+    slack: Any = None
+    #: Longest `?wait=` the HTTP API honours, in seconds.
+    max_wait_seconds: float = 60.0
+    #: Largest request body the HTTP API reads, in bytes.
+    max_body_bytes: int = 512 * 1024
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def count(self, name: str, n: float = 1) -> None:
+        self.metrics[name] = self.metrics.get(name, 0) + n

@@ -1,0 +1,234 @@
+"""Slack entry points: button clicks and modal submissions, thin over `ApprovalService`.
+
+Each listener acks first, reads the request id from the payload, re-reads
+Redis through the service, and decides through the store's compare-and-set.
+The message itself is updated by the dispatcher (the decision queues an
+outbox `update`), so a double click updates it once. Refused, late or
+duplicate clicks get an ephemeral explanation and change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from approvals.errors import InvalidRequest, NotAllowed, NotFound
+from approvals.models import ApprovalRequest
+from approvals.service import Actor
+from approvals.store import VoteResult
+from bot import blocks, ids
+from bot.context import BotContext
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+
+def register(app: AsyncApp, ctx: BotContext) -> Listeners:
+    """Attach every Slack entry point of the bot to `app`."""
+    listeners = Listeners(ctx)
+    app.action(ids.APPROVE)(listeners.on_approve)
+    app.action(ids.APPROVE_SESSION)(listeners.on_approve_session)
+    app.action(ids.DENY)(listeners.on_deny_button)
+    app.action(ids.CHOOSE_PATTERN)(listeners.on_choose)
+    app.action(ids.CHOOSE_SELECT)(listeners.on_choose)
+    app.action(ids.RESPOND)(listeners.on_respond_button)
+    app.view(ids.DENY_MODAL)(listeners.on_deny_submit)
+    app.view(ids.INPUT_MODAL)(listeners.on_input_submit)
+    app.error(listeners.on_error)
+    return listeners
+
+
+def _action(body: Body) -> dict[str, Any]:
+    actions = body.get("actions") or [{}]
+    return dict(actions[0])
+
+
+def _user(body: Body) -> str:
+    return str((body.get("user") or {}).get("id", ""))
+
+
+def _refusal_kind(why: object) -> Literal["self_approval", "not_reviewer"]:
+    return "self_approval" if why == "self" else "not_reviewer"
+
+
+def _channel(body: Body) -> str | None:
+    channel = (body.get("channel") or {}).get("id")
+    return str(channel) if channel else None
+
+
+class Listeners:
+    """The bound listener methods; dependencies live on `ctx`."""
+
+    def __init__(self, ctx: BotContext) -> None:
+        self.ctx = ctx
+
+    # -- buttons ---------------------------------------------------------------------
+
+    async def on_approve(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        await self._decide(body, _action(body).get("value", ""), "approve")
+
+    async def on_approve_session(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        await self._decide(body, _action(body).get("value", ""), "approve", for_session=True)
+
+    async def on_choose(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        action = _action(body)
+        if action.get("type") == "static_select":
+            request_id = str(action.get("block_id", "")).removeprefix(ids.ACTIONS_BLOCK + ":")
+            raw_index = (action.get("selected_option") or {}).get("value", "")
+            request_id = self._select_request_id(body, request_id)
+        else:
+            request_id = str(action.get("value", ""))
+            raw_index = str(ids.choice_index(str(action.get("action_id", ""))))
+        request = await self._load(body, request_id)
+        if request is None:
+            return
+        options = request.config.options or ()
+        index = int(raw_index) if str(raw_index).isdigit() else -1
+        if not 0 <= index < len(options):
+            await self._ephemeral(body, blocks.refusal_text("stale_option", request))
+            return
+        await self._decide(body, request_id, "approve", selection=options[index])
+
+    def _select_request_id(self, body: Body, fallback: str) -> str:
+        # A static select has no `value`; the renderer puts the id in the option value
+        # ("<index>") and the block's id, and the message metadata carries it too.
+        for block in (body.get("message") or {}).get("blocks", []):
+            if block.get("type") == "actions":
+                for element in block.get("elements", []):
+                    if element.get("type") == "button" and element.get("value"):
+                        return str(element["value"])
+        return fallback
+
+    async def on_deny_button(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        await self._open_modal(body, "deny")
+
+    async def on_respond_button(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        await self._open_modal(body, "input")
+
+    async def _open_modal(self, body: Body, which: Literal["deny", "input"]) -> None:
+        request = await self._load(body, str(_action(body).get("value", "")))
+        if request is None:
+            return
+        if not request.is_pending:
+            await self._ephemeral(body, blocks.refusal_text("already_decided", request))
+            return
+        refusal = await self.ctx.service.may_decide(request, Actor(_user(body)))
+        if refusal is not None:
+            await self._ephemeral(body, blocks.refusal_text(_refusal_kind(refusal), request))
+            return
+        message = body.get("message") or {}
+        channel, ts = _channel(body), message.get("ts")
+        view = (blocks.deny_modal if which == "deny" else blocks.input_modal)(
+            request, channel=channel, ts=ts
+        )
+        try:
+            await self.ctx.slack.views_open(trigger_id=body.get("trigger_id"), view=view)
+        except SlackApiError as e:
+            log.warning("views.open failed id=%s error=%s", request.id, e.response.get("error"))
+            await self._ephemeral(body, "Slack would not open the dialog; please try again.")
+
+    # -- modals ---------------------------------------------------------------------------
+
+    async def on_deny_submit(self, ack: AsyncAck, body: Body) -> None:
+        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        reason = self._view_value(body, ids.REASON_BLOCK, ids.REASON_ACTION)
+        await ack()
+        await self._decide(
+            body, meta.request_id, "deny", reason=reason or None, channel=meta.channel
+        )
+
+    async def on_input_submit(self, ack: AsyncAck, body: Body) -> None:
+        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        answer = self._view_value(body, ids.INPUT_BLOCK, ids.INPUT_ACTION)
+        if not answer.strip():
+            await ack(**blocks.modal_errors(ids.INPUT_BLOCK, "An answer is required."))
+            return
+        await ack()
+        await self._decide(body, meta.request_id, "approve", input=answer, channel=meta.channel)
+
+    @staticmethod
+    def _view_value(body: Body, block_id: str, action_id: str) -> str:
+        values = ((body.get("view") or {}).get("state") or {}).get("values") or {}
+        return str(((values.get(block_id) or {}).get(action_id) or {}).get("value") or "")
+
+    # -- deciding -----------------------------------------------------------------------
+
+    async def _load(self, body: Body, request_id: str) -> ApprovalRequest | None:
+        try:
+            return await self.ctx.store.get(request_id)
+        except NotFound:
+            await self._ephemeral(body, blocks.refusal_text("not_found"))
+            return None
+
+    async def _decide(
+        self,
+        body: Body,
+        request_id: str,
+        outcome: Literal["approve", "deny"],
+        *,
+        reason: str | None = None,
+        input: str | None = None,
+        selection: str | None = None,
+        for_session: bool = False,
+        channel: str | None = None,
+    ) -> VoteResult | None:
+        user = _user(body)
+        try:
+            result = await self.ctx.service.decide(
+                request_id,
+                outcome,
+                Actor(user, via="slack"),
+                reason=reason,
+                input=input,
+                selection=selection,
+                for_session=for_session,
+            )
+        except NotFound:
+            await self._ephemeral(body, blocks.refusal_text("not_found"), channel=channel)
+            return None
+        except NotAllowed as e:
+            request = await self.ctx.store.get(request_id)
+            log.info("click refused id=%s user=%s why=%s", request_id, user, e.details)
+            await self._ephemeral(
+                body, blocks.refusal_text(_refusal_kind(e.details), request), channel=channel
+            )
+            return None
+        except InvalidRequest as e:
+            await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
+            return None
+        self.ctx.count("slack_decisions_" + result.status)
+        if result.status == "closed":
+            await self._ephemeral(
+                body, blocks.refusal_text("already_decided", result.request), channel=channel
+            )
+        elif result.status == "duplicate":
+            await self._ephemeral(
+                body, blocks.refusal_text("already_voted", result.request), channel=channel
+            )
+        log.info(
+            "click id=%s user=%s outcome=%s result=%s", request_id, user, outcome, result.status
+        )
+        return result
+
+    async def _ephemeral(self, body: Body, text: str, *, channel: str | None = None) -> None:
+        channel = channel or _channel(body)
+        user = _user(body)
+        if not channel or not user or self.ctx.slack is None:
+            log.info("ephemeral not sent (no channel) user=%s text=%s", user, text)
+            return
+        try:
+            await self.ctx.slack.chat_postEphemeral(channel=channel, user=user, text=text)
+        except SlackApiError as e:
+            log.warning("ephemeral failed user=%s error=%s", user, e.response.get("error"))
+
+    async def on_error(self, error: Exception, body: Body) -> None:
+        log.error("slack listener error type=%s error=%r", body.get("type"), error)

@@ -1,0 +1,232 @@
+"""End-to-end harness: the real bot (aiohttp + bolt) on real Redis, Slack emulated at the edge."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import pytest
+
+from approvals.keys import Keys
+from approvals.policy import Policy
+from bot.app import Bot, BotConfig
+from bot.dispatcher import DispatcherOptions
+from tests.slack_emulator import SlackEmulator
+
+SIGNING_SECRET = "test-signing-secret"
+CHANNEL = "C0APPROVALS"
+TEAM = "T0EMULATED"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[SlackEmulator]:
+    async with SlackEmulator(channels={CHANNEL, "C0OPS", "C0SECURITY"}) as emulator:
+        yield emulator
+
+
+def bot_config(redis_url: str, keys: Keys, slack: SlackEmulator | None, **kw: Any) -> BotConfig:
+    options = kw.pop(
+        "dispatcher",
+        DispatcherOptions(pacing=False, claim_idle_ms=2000, read_block_ms=200, backoff_base=0.05),
+    )
+    return BotConfig(
+        redis_url=redis_url,
+        prefix=keys.prefix,
+        host="127.0.0.1",
+        port=0,
+        slack_bot_token="xoxb-test" if slack else None,
+        slack_signing_secret=SIGNING_SECRET if slack else None,
+        slack_api_url=slack.api_url if slack else "https://slack.com/api/",
+        api_tokens=("test-token",),
+        default_channel=CHANNEL,
+        consumer=f"c-{uuid.uuid4().hex[:6]}",
+        dispatcher=options,
+        sweep_interval=0.2,
+        **kw,
+    )
+
+
+BotFactory = Callable[..., Awaitable[Bot]]
+
+
+@pytest.fixture
+async def make_bot(
+    redis_url: str, keys: Keys, slack: SlackEmulator, redis: Any
+) -> AsyncIterator[BotFactory]:
+    """Start bots (replicas) on this test's prefix; all are stopped at teardown."""
+    bots: list[Bot] = []
+
+    async def factory(policy: Policy | None = None, **kw: Any) -> Bot:
+        use_slack = kw.pop("with_slack", True)
+        bot = Bot(bot_config(redis_url, keys, slack if use_slack else None, **kw), policy)
+        await bot.start()
+        bots.append(bot)
+        return bot
+
+    yield factory
+    for bot in reversed(bots):
+        if bot.ctx is not None:
+            await bot.stop()
+
+
+def sign(
+    body: str, *, secret: str = SIGNING_SECRET, timestamp: int | None = None
+) -> dict[str, str]:
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={digest}",
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+
+
+@dataclass
+class Reviewer:
+    """Sends signed interaction payloads to a bot's /slack/events as Slack would."""
+
+    user: str
+    slack: SlackEmulator
+    session: aiohttp.ClientSession
+    last_status: int = 0
+    last_body: str = ""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def _user(self) -> dict[str, Any]:
+        return {
+            "id": self.user,
+            "username": self.user.lower(),
+            "name": self.user.lower(),
+            "team_id": TEAM,
+        }
+
+    async def send(
+        self,
+        bot: Bot,
+        payload: dict[str, Any],
+        *,
+        secret: str = SIGNING_SECRET,
+        timestamp: int | None = None,
+    ) -> int:
+        body = urlencode({"payload": json.dumps(payload)})
+        headers = sign(body, secret=secret, timestamp=timestamp)
+        async with self.session.post(
+            f"http://127.0.0.1:{bot.port}/slack/events", data=body, headers=headers
+        ) as resp:
+            self.last_status = resp.status
+            self.last_body = await resp.text()
+            return resp.status
+
+    def click_payload(
+        self,
+        message: dict[str, Any],
+        channel: str,
+        action_id: str,
+        value: str | None = None,
+        selected: str | None = None,
+    ) -> dict[str, Any]:
+        element: dict[str, Any] = {}
+        for block in message.get("blocks", []):
+            for el in block.get("elements", []) if block.get("type") == "actions" else []:
+                if el.get("action_id") == action_id:
+                    element = el
+        assert element, f"no element {action_id!r} in the message"
+        action: dict[str, Any] = {
+            "action_id": action_id,
+            "block_id": "approval_actions",
+            "type": element["type"],
+            "action_ts": f"{time.time():.6f}",
+        }
+        if element["type"] == "button":
+            action["value"] = value if value is not None else element.get("value")
+            action["text"] = element.get("text")
+        else:
+            opts = element.get("options", [])
+            chosen = next(o for o in opts if o["value"] == selected)
+            action["selected_option"] = chosen
+        return {
+            "type": "block_actions",
+            "user": self._user(),
+            "api_app_id": "A0APPID",
+            "token": "legacy-unused",
+            "team": {"id": TEAM, "domain": "emulated"},
+            "container": {
+                "type": "message",
+                "message_ts": message["ts"],
+                "channel_id": channel,
+                "is_ephemeral": False,
+            },
+            "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
+            "channel": {"id": channel, "name": "approvals"},
+            "message": message,
+            "response_url": self.slack.response_url(f"act-{uuid.uuid4().hex[:6]}"),
+            "actions": [action],
+        }
+
+    async def click(
+        self, bot: Bot, message: dict[str, Any], channel: str, action_id: str, **kw: Any
+    ) -> int:
+        return await self.send(bot, self.click_payload(message, channel, action_id, **kw))
+
+    def submit_payload(
+        self, view: dict[str, Any], values: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
+        state = {
+            block: {
+                action: {"type": "plain_text_input", "value": value}
+                for action, value in actions.items()
+            }
+            for block, actions in values.items()
+        }
+        return {
+            "type": "view_submission",
+            "team": {"id": TEAM, "domain": "emulated"},
+            "user": self._user(),
+            "api_app_id": "A0APPID",
+            "token": "legacy-unused",
+            "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
+            "view": {
+                **view,
+                "id": "V" + uuid.uuid4().hex[:8].upper(),
+                "team_id": TEAM,
+                "state": {"values": state},
+                "hash": "h",
+            },
+        }
+
+    async def submit(
+        self, bot: Bot, view: dict[str, Any], values: dict[str, dict[str, str]]
+    ) -> int:
+        return await self.send(bot, self.submit_payload(view, values))
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+def reviewer(slack: SlackEmulator, http: aiohttp.ClientSession) -> Callable[[str], Reviewer]:
+    return lambda user: Reviewer(user, slack, http)
+
+
+def posted_message(slack: SlackEmulator, request_id: str) -> tuple[str, dict[str, Any]]:
+    """The (channel, message) the bot posted for `request_id` (as it stands now)."""
+    for (channel, _ts), message in slack.messages.items():
+        text = json.dumps(message.get("blocks", []))
+        if request_id in text:
+            return channel, message
+    raise AssertionError(f"no message posted for {request_id}")
+
+
+def has_actions(message: dict[str, Any]) -> bool:
+    return any(b.get("type") == "actions" for b in message.get("blocks", []))
