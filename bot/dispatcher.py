@@ -84,16 +84,18 @@ class _ChannelPace:
             if now < self.blocked_until:
                 await asyncio.sleep(self.blocked_until - now)
                 continue
-            self.tokens = min(self.burst, self.tokens + (now - self.updated) / self.interval)
-            self.updated = now
+            self.tokens = min(self.burst, self.tokens + max(0.0, now - self.updated) / self.interval)
+            self.updated = max(now, self.updated)
             if self.tokens >= 1:
                 self.tokens -= 1
                 return
             await asyncio.sleep((1 - self.tokens) * self.interval)
 
     def block_for(self, seconds: float) -> None:
+        """Slack said 429: nothing until `Retry-After` has passed, then one post, no burst."""
         self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
-        self.tokens = 0
+        self.tokens = 1
+        self.updated = self.blocked_until
 
 
 class Dispatcher:

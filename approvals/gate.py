@@ -1,0 +1,485 @@
+"""`require_approval`: gate a sync or async function behind a reviewer's decision (DESIGN.md §1).
+
+The handler (a sync/async callable `GateRequest -> Decision`, or a hook) sees
+the canonical parsed arguments. Approve → the function runs, the `Decision`
+available from `current_approval()` and as `approval=` if it declares that
+parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>").
+A failing reviewer gives `ApprovalFailed`, never a denial. `on_deny="raise"`
+raises `ToolDenied` / `ReviewFailed` instead. Default: a y/N TTY prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import sys
+import threading
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, ParamSpec, Protocol, Self, TypeVar, cast, overload
+
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
+
+from approvals.errors import ApprovalError, InvalidRequest
+from approvals.hooks import TIMEOUT_REASON, Allow, HookLike, call_maybe_async, is_async_callable
+from approvals.hooks import run_hook as _run_hook
+from approvals.keys import DEFAULT_DEADLINE_SECONDS
+from approvals.models import (
+    MAX_TEXT,
+    ApprovalConfig,
+    ApprovalEvent,
+    Decision,
+    check_event_size,
+    default_prompt,
+    normalize_config,
+)
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+T = TypeVar("T")
+
+#: The parameter through which a gated function may receive the reviewer's `Decision`.
+APPROVAL_PARAMETER = "approval"
+
+_CURRENT: contextvars.ContextVar[Decision | None] = contextvars.ContextVar(
+    "current_approval", default=None
+)
+
+
+def current_approval() -> Decision | None:
+    """The approving `Decision` of the gated call running now (None outside one)."""
+    return _CURRENT.get()
+
+
+class ToolDenied(ApprovalError):
+    """A gated call was denied. Handlers may raise it to deny; `on_deny="raise"` raises it."""
+
+    code = "denied"
+
+    def __init__(self, reason: str | None = None, *, decision: Decision | None = None) -> None:
+        self.reason = reason or "no reason given"
+        super().__init__(self.reason)
+        self.decision = decision
+
+
+class ReviewFailed(ApprovalError):
+    """The reviewer failed (not a denial); raised for an `ApprovalFailed` with `on_deny="raise"`."""
+
+    code = "review_failed"
+
+
+@dataclass(frozen=True)
+class Denied:
+    """The recoverable result of a denied call: `str()` is "denied: <reason>"."""
+
+    tool_name: str
+    reason: str
+    decision: Decision | None = None
+
+    def __str__(self) -> str:
+        return f"denied: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ApprovalFailed:
+    """The result of a call whose review failed (handler error, bad answer): not a denial."""
+
+    tool_name: str
+    message: str
+    error_type: str | None = None
+
+    def __str__(self) -> str:
+        return f"approval error: {self.message}"
+
+
+Rejection = Denied | ApprovalFailed
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """What a handler reviews: the tool, its config, its canonical arguments and the prompt."""
+
+    tool_name: str
+    config: ApprovalConfig
+    arguments: dict[str, Any]
+    call_id: str
+    prompt: str
+
+    def event(self) -> ApprovalEvent:
+        """This call as the `ApprovalEvent` a hook reviews."""
+        return ApprovalEvent(
+            kind="tool", tool_name=self.tool_name, arguments=self.arguments, call_id=self.call_id
+        )
+
+
+DecisionHandler = Callable[[GateRequest], Decision | Awaitable[Decision]]
+Handler = DecisionHandler | HookLike
+
+NO_HANDLER_MESSAGE = (
+    "no approval handler configured: pass handler= to require_approval or set "
+    "APPROVALS_URL/REDIS_URL for ApprovalClient; refusing to auto-approve"
+)
+
+
+class TerminalApprover:
+    """The default handler: y/N on the terminal, one prompt at a time; no TTY → deny.
+
+    Prompts are serialised by a thread lock and, for async callers, a per-loop
+    `asyncio.Lock` (the blocking read then runs in a worker thread).
+    """
+
+    def __init__(
+        self,
+        *,
+        is_tty: Callable[[], bool] | None = None,
+        input_fn: Callable[[str], str] | None = None,
+    ) -> None:
+        self._is_tty = is_tty or _stdin_is_tty
+        self._input = input_fn or input
+        self._lock = threading.Lock()
+        self._async_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __call__(self, request: GateRequest) -> Decision:
+        if not self._is_tty():
+            return Decision.deny(NO_HANDLER_MESSAGE, via="default")
+        return self._ask_locked(request)
+
+    async def review_async(self, request: GateRequest) -> Decision:
+        if not self._is_tty():
+            return Decision.deny(NO_HANDLER_MESSAGE, via="default")
+        loop = asyncio.get_running_loop()
+        lock = self._async_locks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            return await asyncio.to_thread(self._ask_locked, request)
+
+    def _ask_locked(self, request: GateRequest) -> Decision:
+        with self._lock:
+            return self._ask(request)
+
+    def _ask(self, request: GateRequest) -> Decision:
+        config = request.config
+        try:
+            answer = self._input(f"{request.prompt} [y/N] ").strip().lower()
+            if answer not in ("y", "yes"):
+                return Decision.deny("declined at the terminal", via="terminal")
+            if config.kind == "input":
+                text = self._input("Input: ")[:MAX_TEXT]
+                return Decision.approve(input=text, via="terminal")
+            if config.kind == "choice":
+                options = config.options or ()
+                menu = "  ".join(f"{i}) {o}" for i, o in enumerate(options, 1))
+                picked = self._input(f"Choose one of {menu}: ").strip()
+                if picked.isdigit() and 1 <= int(picked) <= len(options):
+                    picked = options[int(picked) - 1]
+                if picked not in options:
+                    return Decision.deny(f"no valid option chosen ({picked!r})", via="terminal")
+                return Decision.approve(selection=picked, via="terminal")
+        except EOFError:
+            return Decision.deny("no answer at the terminal (end of input)", via="terminal")
+        return Decision.approve(via="terminal")
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+#: The handler used when `require_approval` is given none.
+default_handler = TerminalApprover()
+
+
+class GatedFunction(Protocol[P, R_co]):
+    """A function wrapped by `require_approval` (as a method, its bound form loses the params)."""
+
+    approval_config: ApprovalConfig | None
+    annotations: dict[str, Any] | None
+    __name__: str
+    __wrapped__: Callable[..., Any]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> Callable[..., R_co]: ...
+
+
+class Gate(Protocol):
+    """The decorator `require_approval(...)` returns."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, R]]
+    ) -> GatedFunction[P, Coroutine[Any, Any, R | Rejection]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> GatedFunction[P, R | Rejection]: ...
+
+
+def merge_annotations(
+    base: Mapping[str, Any] | None, config: ApprovalConfig | None
+) -> dict[str, Any] | None:
+    """Overlay the sensitivity hints on `base`: pii → destructiveHint; secret → also openWorldHint.
+
+    The caller's own annotations win on collision; None instead of an empty dict.
+    """
+    overlay: dict[str, Any] = {}
+    if config is not None and config.sensitivity in ("pii", "secret"):
+        overlay["destructiveHint"] = True
+    if config is not None and config.sensitivity == "secret":
+        overlay["openWorldHint"] = True
+    merged = {**overlay, **(base or {})}
+    return merged or None
+
+
+def require_approval(
+    handler: Handler | None = None,
+    *,
+    config: bool | ApprovalConfig | dict[str, Any] | None = True,
+    annotations: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    on_deny: Literal["return", "raise"] = "return",
+    timeout: float | None = None,
+) -> Gate:
+    """Gate a sync or async function behind `handler` (default: `default_handler`).
+
+    `config`: True (default review), an `ApprovalConfig` or its dict form, or
+    False/None (no gate). `annotations`: the tool's own advisory annotations,
+    overlaid with the sensitivity hints (`.annotations` on the result).
+    `name`: the tool name reviewers see (default: the function's name).
+    `on_deny`: "return" a `Denied` / `ApprovalFailed`, or "raise" `ToolDenied`
+    / `ReviewFailed`. `timeout`: seconds to wait for the handler (a timeout
+    denies with "approval timeout"); hooks default to the config's deadline.
+    """
+    cfg = normalize_config(config)
+    if on_deny not in ("return", "raise"):
+        raise ValueError(f"on_deny must be 'return' or 'raise', not {on_deny!r}")
+    merged = merge_annotations(annotations, cfg)
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        if not callable(fn):
+            raise TypeError(
+                "require_approval(...) returns a decorator: write @require_approval() "
+                "with parentheses, or pass the handler as require_approval(handler)"
+            )
+        tool: str = name or str(getattr(fn, "__name__", type(fn).__name__))
+        try:
+            ApprovalEvent(tool_name=tool)
+        except ValidationError as e:
+            raise InvalidRequest(f"invalid tool name {tool!r}: {e}") from e
+        signature = inspect.signature(fn)
+        inject = APPROVAL_PARAMETER in signature.parameters
+
+        def prepare(args: Any, kwargs: Any) -> tuple[GateRequest, inspect.BoundArguments]:
+            assert cfg is not None
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = canonical_arguments(signature, bound)
+            request = GateRequest(
+                tool_name=tool,
+                config=cfg,
+                arguments=arguments,
+                call_id=f"call_{uuid.uuid4().hex}",
+                prompt=cfg.prompt or default_prompt(tool, arguments),
+            )
+            return request, bound
+
+        def call_args(
+            bound: inspect.BoundArguments, args: Any, kwargs: Any, decision: Decision
+        ) -> tuple[Any, Any]:
+            if not inject:
+                return args, kwargs
+            bound.arguments[APPROVAL_PARAMETER] = decision
+            return bound.args, bound.kwargs
+
+        def reject(outcome: Rejection) -> Rejection:
+            log.info("gated call not run tool=%s outcome=%s", tool, outcome)
+            if on_deny == "return":
+                return outcome
+            if isinstance(outcome, Denied):
+                raise ToolDenied(outcome.reason, decision=outcome.decision)
+            raise ReviewFailed(outcome.message, details=outcome.error_type)
+
+        wrapper: Any
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if cfg is None:
+                    return await fn(*args, **kwargs)
+                request, bound = prepare(args, kwargs)
+                outcome = await review_async(handler or default_handler, request, timeout)
+                if not isinstance(outcome, Decision):
+                    return reject(outcome)
+                args, kwargs = call_args(bound, args, kwargs, outcome)
+                token = _CURRENT.set(outcome)
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    _CURRENT.reset(token)
+
+            wrapper = async_wrapper
+        else:
+
+            @functools.wraps(fn)
+            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                if cfg is None:
+                    return fn(*args, **kwargs)
+                request, bound = prepare(args, kwargs)
+                outcome = review_sync(handler or default_handler, request, timeout)
+                if not isinstance(outcome, Decision):
+                    return reject(outcome)
+                args, kwargs = call_args(bound, args, kwargs, outcome)
+                token = _CURRENT.set(outcome)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    _CURRENT.reset(token)
+
+            wrapper = sync_wrapper
+        wrapper.approval_config = cfg
+        wrapper.annotations = merged
+        return wrapper
+
+    return cast(Gate, decorate)
+
+
+def canonical_arguments(
+    signature: inspect.Signature, bound: inspect.BoundArguments
+) -> dict[str, Any]:
+    """The bound call as a JSON-safe name → value dict, as a reviewer should see it.
+
+    Defaults are applied by the caller; `**kwargs` are flattened in; `self`/`cls`
+    and the `approval` parameter are left out; values JSON cannot hold are shown
+    as their `repr`.
+    """
+    params = list(signature.parameters.values())
+    skip = {APPROVAL_PARAMETER}
+    if params and params[0].name in ("self", "cls"):
+        skip.add(params[0].name)
+    out: dict[str, Any] = {}
+    for key, value in bound.arguments.items():
+        if key in skip:
+            continue
+        if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+            out.update({str(k): json_safe(v) for k, v in value.items()})
+        else:
+            out[key] = json_safe(value)
+    return out
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as plain JSON types (pydantic's rules); anything else becomes its `repr`."""
+    try:
+        return to_jsonable_python(value, fallback=repr)
+    except Exception:
+        return repr(value)
+
+
+Reviewed = Decision | Rejection
+
+
+def review_sync(handler: Handler, request: GateRequest, limit: float | None) -> Reviewed:
+    """Review `request` from synchronous code; async handlers run on a private event loop."""
+    direct = isinstance(handler, TerminalApprover) or (
+        not isinstance(handler, HookLike) and limit is None and not is_async_callable(handler)
+    )
+    if not direct:
+        return _run_blocking(lambda: review_async(handler, request, limit))
+    decide = cast(DecisionHandler, handler)
+    try:
+        result: Any = decide(request)
+        if inspect.isawaitable(result):
+            awaitable = result
+            result = _run_blocking(lambda: _await(awaitable))
+    except Exception as e:
+        return _from_exception(request, e)
+    return _from_result(request, result)
+
+
+async def review_async(handler: Handler, request: GateRequest, limit: float | None) -> Reviewed:
+    """Review `request` from async code; sync handlers run in a worker thread."""
+    if isinstance(handler, HookLike):
+        return await _review_with_hook(handler, request, limit)
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            if isinstance(handler, TerminalApprover):
+                result: Any = await handler.review_async(request)
+            else:
+                result = await call_maybe_async(handler, request)
+    except Exception as e:
+        if isinstance(e, TimeoutError) and scope.expired():
+            return Denied(request.tool_name, TIMEOUT_REASON)
+        return _from_exception(request, e)
+    return _from_result(request, result)
+
+
+async def _review_with_hook(hook: HookLike, request: GateRequest, limit: float | None) -> Reviewed:
+    try:
+        event = request.event()
+        check_event_size(event)
+    except (ValidationError, InvalidRequest) as e:
+        return ApprovalFailed(request.tool_name, str(e), type(e).__name__)
+    if limit is None:
+        limit = request.config.deadline_seconds or float(DEFAULT_DEADLINE_SECONDS)
+    context = {"config": request.config, "prompt": request.prompt, "call_id": request.call_id}
+    verdict = await _run_hook(hook, event, context, limit)
+    if isinstance(verdict, Allow):
+        decision = verdict.decision or Decision.approve(for_session=verdict.for_session, via="hook")
+        return _from_result(request, decision)
+    if verdict.cause == "error":
+        return ApprovalFailed(request.tool_name, verdict.reason)
+    return Denied(request.tool_name, verdict.reason, verdict.decision)
+
+
+def _from_result(request: GateRequest, result: object) -> Reviewed:
+    tool = request.tool_name
+    if not isinstance(result, Decision):
+        return ApprovalFailed(
+            tool, f"approval handler returned {type(result).__name__}, expected a Decision"
+        )
+    if result.outcome == "deny":
+        return Denied(tool, result.reason or "no reason given", result)
+    if result.outcome == "error":
+        return ApprovalFailed(tool, result.reason or "the reviewer reported an error")
+    options = request.config.options or ()
+    if request.config.kind == "choice" and result.selection not in options:
+        return ApprovalFailed(
+            tool, f"approved with selection {result.selection!r}, not one of {list(options)}"
+        )
+    log.info("gated call approved tool=%s call_id=%s via=%s", tool, request.call_id, result.via)
+    return result
+
+
+def _from_exception(request: GateRequest, e: Exception) -> Rejection:
+    if isinstance(e, ToolDenied):
+        return Denied(request.tool_name, e.reason, e.decision)
+    log.warning("approval handler failed tool=%s error=%r", request.tool_name, e)
+    return ApprovalFailed(request.tool_name, str(e) or type(e).__name__, type(e).__name__)
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _run_blocking(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from sync code, even when this thread runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(factory())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="approval-gate") as pool:
+        return pool.submit(lambda: asyncio.run(factory())).result()

@@ -1,0 +1,151 @@
+"""Several replicas on one Redis, Slack rate limits and pacing, and Socket Mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from approvals.models import ApprovalEvent
+from approvals.outbox import Outbox
+from bot import ids
+from bot.app import Bot
+from bot.dispatcher import DispatcherOptions
+from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
+from tests.slack_emulator import SlackEmulator
+
+
+async def submit(bot: Bot, tool: str = "deploy") -> str:
+    assert bot.ctx is not None
+    request = await bot.ctx.service.submit(ApprovalEvent(tool_name=tool, arguments={"n": tool}))
+    return request.id
+
+
+async def wait_posted(slack: SlackEmulator, request_id: str) -> tuple[str, dict[str, Any]]:
+    await slack.wait_until(
+        lambda: any(request_id in json.dumps(m.get("blocks", [])) for m in slack.messages.values()),
+        5,
+        f"post of {request_id}",
+    )
+    return posted_message(slack, request_id)
+
+
+async def test_agent_on_replica_a_resumed_by_click_on_replica_b(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    a = await make_bot()
+    b = await make_bot()
+    assert a.ctx is not None and b.ctx is not None
+    rid = await submit(a)
+    waiting = asyncio.create_task(a.ctx.waiter.wait(rid, timeout=10))
+    channel, message = await wait_posted(slack, rid)
+    alice: Reviewer = reviewer("U0ALICE")
+    assert await alice.click(b, message, channel, ids.APPROVE) == 200
+    req = await waiting
+    assert req.status == "approved" and req.decision is not None
+    assert req.decision.decided_by == "U0ALICE"
+    await slack.wait_for("chat.update", 1)
+    await asyncio.sleep(0.3)
+    assert len(slack.calls_to("chat.postMessage")) == 1, "posted once across replicas"
+    assert len(slack.calls_to("chat.update")) == 1, "updated once across replicas"
+
+
+async def test_replica_dying_after_reading_outbox_is_covered_by_another(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Any, keys: Any
+) -> None:
+    # A replica with Slack off creates the request; a "dead" consumer reads the outbox
+    # entry and never acks it (it died between reading and posting).
+    creator = await make_bot(with_slack=False)
+    rid = await submit(creator)
+    dead = Outbox(redis, keys, "dead-replica")
+    await dead.ensure_group()
+    taken = await dead.read(count=10, block_ms=100)
+    assert [e.request_id for e in taken] == [rid]
+    assert await dead.pending_count() == 1
+    # A live replica claims the idle entry and posts it exactly once.
+    live = await make_bot(
+        dispatcher=DispatcherOptions(
+            pacing=False, claim_idle_ms=300, read_block_ms=100, backoff_base=0.05
+        )
+    )
+    assert live.ctx is not None
+    await wait_posted(slack, rid)
+    await asyncio.sleep(1.0)  # several more claim cycles: still one post
+    assert len(slack.calls_to("chat.postMessage")) == 1
+    req = await live.ctx.store.get(rid)
+    assert req.message is not None and req.message.channel == CHANNEL
+    assert await live.ctx.store.get(rid) is not None
+    assert await Outbox(redis, keys, "x").pending_count() == 0, "entry acked once handled"
+
+
+async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    interval = 0.05
+    slack.enforce_rate(per_channel_per_second=1 / (interval * 2), burst=3)
+    slack.rate_limit_next("chat.postMessage", retry_after=1, times=1)
+    slack.server_error_next("chat.postMessage", status=503, times=2)
+    bot = await make_bot(
+        dispatcher=DispatcherOptions(
+            pacing=True,
+            post_interval=interval,
+            burst=3,
+            claim_idle_ms=30_000,
+            read_block_ms=100,
+            backoff_base=0.05,
+        )
+    )
+    assert bot.ctx is not None
+    rids = [await submit(bot, f"tool{i}") for i in range(30)]
+    await slack.wait_until(
+        lambda: len(slack.calls_to("chat.postMessage", ok=True)) >= 30, 30, "30 posts"
+    )
+    await asyncio.sleep(0.3)
+    ok = slack.calls_to("chat.postMessage", ok=True)
+    assert len(ok) == 30, "none twice"
+    texts = [json.dumps(c.body.get("blocks")) for c in ok]
+    assert all(sum(rid in t for t in texts) == 1 for rid in rids), "each request posted once"
+    assert slack.calls_to("chat.postMessage", ok=False), "Slack did push back"
+    # Pacing: in any window of W seconds there are at most burst + W/interval attempts.
+    attempts = sorted(c.at for c in slack.calls_to("chat.postMessage"))
+    window = 0.5
+    busiest = max(sum(1 for t in attempts if start <= t < start + window) for start in attempts)
+    assert busiest <= 3 + window / interval + 1, f"{busiest} posts within {window}s"
+    # After a 429 (the emulator says Retry-After: 1 or more) nothing is sent to that
+    # channel until it has passed.
+    calls = slack.calls_to("chat.postMessage")
+    for limited, following in zip(calls, calls[1:], strict=False):
+        if limited.status == 429:
+            assert following.at - limited.at >= 0.95
+    # Every request got its ts recorded.
+    for rid in rids:
+        assert (await bot.ctx.store.get(rid)).message is not None
+
+
+async def test_retry_after_is_obeyed(make_bot: BotFactory, slack: SlackEmulator) -> None:
+    slack.rate_limit_next("chat.postMessage", retry_after=1, times=1)
+    bot = await make_bot()
+    rid = await submit(bot)
+    await wait_posted(slack, rid)
+    first, second = slack.calls_to("chat.postMessage")[:2]
+    assert first.status == 429
+    assert second.at - first.at >= 0.95, "waited Retry-After before trying again"
+
+
+async def test_socket_mode_click_decides(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    bot = await make_bot(slack_app_token="xapp-test")
+    assert bot.ctx is not None
+    await slack.wait_until(lambda: slack.socket_connections > 0, 5, "socket connection")
+    rid = await submit(bot)
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    channel, message = await wait_posted(slack, rid)
+    payload = reviewer("U0SOCK").click_payload(message, channel, ids.APPROVE)
+    ack = await slack.socket_send_interactive(payload)
+    assert "envelope_id" in ack
+    req = await waiting
+    assert req.status == "approved" and req.decision is not None
+    assert req.decision.decided_by == "U0SOCK"
+    await slack.wait_for("chat.update", 1)
+    assert not has_actions(posted_message(slack, rid)[1])
