@@ -84,7 +84,9 @@ class _ChannelPace:
             if now < self.blocked_until:
                 await asyncio.sleep(self.blocked_until - now)
                 continue
-            self.tokens = min(self.burst, self.tokens + max(0.0, now - self.updated) / self.interval)
+            self.tokens = min(
+                self.burst, self.tokens + max(0.0, now - self.updated) / self.interval
+            )
             self.updated = max(now, self.updated)
             if self.tokens >= 1:
                 self.tokens -= 1

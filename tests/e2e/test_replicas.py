@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from typing import Any
 
@@ -114,7 +115,7 @@ async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(
     # After a 429 (the emulator says Retry-After: 1 or more) nothing is sent to that
     # channel until it has passed.
     calls = slack.calls_to("chat.postMessage")
-    for limited, following in zip(calls, calls[1:], strict=False):
+    for limited, following in itertools.pairwise(calls):
         if limited.status == 429:
             assert following.at - limited.at >= 0.95
     # Every request got its ts recorded.
