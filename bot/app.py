@@ -90,6 +90,8 @@ class Bot:
         self.sweeper: Sweeper | None = None
         self.socket_handler: Any = None
         self.port: int | None = None
+        self._waiter_redis: Any = None
+        self._http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -100,7 +102,6 @@ class Bot:
         keys = Keys(cfg.prefix)
         store = ApprovalStore(redis, keys)
         slack = None
-        self._http: aiohttp.ClientSession | None = None
         if cfg.slack_enabled:
             # One shared session: without it slack_sdk opens a connection per call.
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
@@ -172,6 +173,7 @@ class Bot:
         if self.ctx is not None:
             await self.ctx.waiter.stop()
             await self.ctx.redis.aclose()
+        if self._waiter_redis is not None:
             await self._waiter_redis.aclose()
         if self._http is not None:
             await self._http.close()
@@ -250,8 +252,9 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
-async def serve(settings: Any) -> None:
-    """`approval-bot serve`: run until SIGINT/SIGTERM; SIGHUP reloads the policy file."""
+async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
+    """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
+    the policy file."""
     embedded = None
     redis_url = settings.redis_url
     if redis_url is None and not _redis_answers(settings.redis_url_or_default):
@@ -293,15 +296,21 @@ async def serve(settings: Any) -> None:
     if not config.api_tokens:
         log.warning("APPROVALS_API_TOKENS is empty: the HTTP API answers 503 until it is set")
     bot = Bot(config)
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, bot.reload_policy)
+    handled: list[int] = []
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
+        loop.add_signal_handler(signal.SIGHUP, bot.reload_policy)
+        handled.append(signal.SIGHUP)
     try:
         await bot.start()
         await stop.wait()
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         await bot.stop()
         if embedded is not None:
             embedded.stop()

@@ -71,6 +71,8 @@ class EmbeddedRedis:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        if self.process and self.process.stderr:
+            self.process.stderr.close()
         self.process = None
         if not self.persistent:
             shutil.rmtree(self.data_dir, ignore_errors=True)
