@@ -70,7 +70,7 @@ class Outbox:
         if not result:
             return []
         rows = result[0][1] if isinstance(result, list) else next(iter(result.values()))[0]
-        return _entries(rows)
+        return _entries(cast(list[tuple[str, dict[str, str]] | list[object]], rows))
 
     async def claim_stale(self, min_idle_ms: int, count: int = 50) -> list[OutboxEntry]:
         """Take over entries another consumer read but did not ack within `min_idle_ms`."""

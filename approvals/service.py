@@ -16,7 +16,7 @@ from typing import Any, Literal
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
-from approvals.store import ApprovalStore, VoteResult
+from approvals.store import ApprovalStore, CreateResult, VoteResult
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,24 @@ class ApprovalService:
         channel: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> ApprovalRequest:
+        """Create the request for `event` (see `create`) and return it."""
+        result = await self.create(
+            event, config, requester=requester, channel=channel, metadata=metadata
+        )
+        return result.request
+
+    async def create(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None = None,
+        *,
+        requester: str | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CreateResult:
         """Create the request for `event`. A policy `allow`/`deny` or a session grant decides it
-        at once (audited, never posted); otherwise it is posted to its route's channel."""
+        at once (audited, never posted); otherwise it is posted to its route's channel.
+        `created` is false when the event's call_id had already made a request."""
         config = config or ApprovalConfig()
         decision = self.policy.evaluate(event, config)
         route = decision.route
@@ -99,7 +115,7 @@ class ApprovalService:
         created = await self.store.create(request)
         request = created.request
         if not created.created or not request.is_pending:
-            return request
+            return created
         if decision.action in ("allow", "deny"):
             rule = ",".join(decision.winners) or "policy"
             verdict = (
@@ -111,7 +127,7 @@ class ApprovalService:
                     via="policy",
                 )
             )
-            return (await self.store.resolve(request.id, verdict)).request
+            return CreateResult((await self.store.resolve(request.id, verdict)).request, True)
         grant = await self._grant_for(event)
         if grant is not None:
             by = grant.get("decided_by") or "unknown"
@@ -119,8 +135,8 @@ class ApprovalService:
             verdict = verdict.model_copy(
                 update={"reason": f"session grant from request {grant.get('request_id')}"}
             )
-            return (await self.store.resolve(request.id, verdict)).request
-        return request
+            return CreateResult((await self.store.resolve(request.id, verdict)).request, True)
+        return created
 
     async def _grant_for(self, event: ApprovalEvent) -> dict[str, Any] | None:
         if not event.session_id:

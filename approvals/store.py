@@ -166,9 +166,8 @@ class ApprovalStore:
             seconds = request.config.deadline_seconds or self.default_deadline_seconds
             request = request.model_copy(update={"deadline_at": now + timedelta(seconds=seconds)})
         assert request.deadline_at is not None
-        request = request.model_copy(
-            update={"deadline_at": from_ts(ts(request.deadline_at))}  # canonical precision
-        )
+        deadline_at = from_ts(ts(request.deadline_at))  # canonical precision
+        request = request.model_copy(update={"deadline_at": deadline_at})
         call_id = request.event.call_id
         key = self.keys.request(request.id)
         result = await self._scripts["create"](
@@ -184,8 +183,8 @@ class ApprovalStore:
                 request.id,
                 request.model_dump_json(),
                 ts(now),
-                ts(request.deadline_at),
-                self._ttl(request.deadline_at),
+                ts(deadline_at),
+                self._ttl(deadline_at),
                 self.keys.retention_seconds,
                 "1" if call_id else "0",
                 request.route,
@@ -285,9 +284,10 @@ class ApprovalStore:
     async def due(self, now: datetime | None = None, limit: int = 100) -> list[str]:
         """Ids of pending requests whose deadline has passed."""
         moment = (now or self.now()).timestamp()
-        return list(
-            await self.redis.zrangebyscore(self.keys.deadlines, "-inf", moment, start=0, num=limit)
+        ids = await self.redis.zrangebyscore(
+            self.keys.deadlines, "-inf", moment, start=0, num=limit
         )
+        return [str(i) for i in ids]
 
     @_guard
     async def forget_deadline(self, request_id: str) -> None:

@@ -298,7 +298,7 @@ async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
     bot = Bot(config)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled: list[int] = []
+    handled: list[signal.Signals] = []
     with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)

@@ -32,7 +32,7 @@ class Directory:
         key = self.keys.usergroup(group_id)
         cached = await self.redis.smembers(key)
         if cached:
-            return frozenset(m for m in cached if m != _EMPTY_MARKER)
+            return frozenset(str(m) for m in cached if m != _EMPTY_MARKER)
         if self.slack is None:
             return frozenset()
         try:

@@ -1,0 +1,404 @@
+"""Claude Code and Codex hook JSON: hook input → `ApprovalEvent`, decision → hook output.
+
+Pure translation plus one transport-agnostic runner (`run_hook`), shared by the
+bot's `POST /hooks/claude-code` endpoint and the `approval-bot hook …` commands.
+
+Input (both agents): `session_id`, `cwd`, `hook_event_name`, `tool_name`,
+`tool_input` (an object), `tool_use_id` (absent on PermissionRequest),
+`permission_mode`; other documented fields (`transcript_path`, `model`,
+`turn_id`, `permission_suggestions`, …) are accepted and ignored.
+
+Output, as each agent reads it:
+
+    event              approved                         denied / expired / error
+    PreToolUse         permissionDecision "allow"       permissionDecision "deny"
+                       (Codex: no output at all)        + permissionDecisionReason
+    PermissionRequest  decision.behavior "allow"        decision.behavior "deny" + message
+
+Claude Code shows `permissionDecisionReason` to Claude only on deny, and a
+PermissionRequest `message` is read only on deny; so an approval's typed
+input or choice also travels in PreToolUse `additionalContext` (Claude's
+context) and in PermissionRequest `systemMessage` (shown to the user).
+When no decision comes in time the outcome is the configured `on_timeout`:
+`deny`, or `ask` — Claude Code PreToolUse answers "ask" (its own prompt);
+everywhere else `ask` is no output, which leaves the agent's normal flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from approvals.errors import ApprovalTimeout, InvalidRequest
+from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
+
+log = logging.getLogger(__name__)
+
+Dialect = Literal["claude-code", "codex"]
+HookEvent = Literal["PreToolUse", "PermissionRequest"]
+OnTimeout = Literal["deny", "ask"]
+
+DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
+#: Claude Code tools whose `tool_input` names the file they change.
+CLAUDE_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+#: Longest safety margin kept before the hook's own timeout, in seconds.
+MAX_MARGIN_SECONDS = 2.0
+
+_SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+
+Submit = Callable[[ApprovalEvent], Awaitable[ApprovalRequest]]
+Wait = Callable[[str, float], Awaitable[ApprovalRequest]]
+Cancel = Callable[[str, str], Awaitable[ApprovalRequest]]
+
+
+# -- input ----------------------------------------------------------------------------------
+
+
+class HookInput(BaseModel):
+    """The hook JSON Claude Code and Codex send (stdin of a command hook, body of an http hook)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    hook_event_name: HookEvent
+    tool_name: str = Field(min_length=1, max_length=200)
+    tool_input: dict[str, Any]
+    session_id: str | None = Field(default=None, max_length=200)
+    cwd: str | None = Field(default=None, max_length=4096)
+    tool_use_id: str | None = Field(default=None, max_length=200)
+    permission_mode: str | None = Field(default=None, max_length=100)
+    transcript_path: str | None = None
+
+
+def parse_hook_input(payload: Any) -> HookInput:
+    """Validate hook JSON; `InvalidRequest` (with field details) when it is not usable."""
+    if not isinstance(payload, Mapping):
+        raise InvalidRequest(f"hook input must be a JSON object, not {type(payload).__name__}")
+    try:
+        return HookInput.model_validate(dict(payload))
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()
+        )
+        raise InvalidRequest(f"invalid hook input: {problems}", details=error_details(e)) from e
+
+
+def error_details(error: ValidationError) -> list[dict[str, Any]]:
+    """A validation error's problems as plain JSON: `[{loc, msg, type}]`."""
+    return [
+        {
+            "loc": [p if isinstance(p, int) else str(p) for p in err["loc"]],
+            "msg": err["msg"],
+            "type": err["type"],
+        }
+        for err in error.errors()
+    ]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _event(hook: HookInput, agent: Dialect, kind: EventKind, **fields: Any) -> ApprovalEvent:
+    try:
+        return ApprovalEvent(
+            kind=kind,
+            tool_name=hook.tool_name,
+            arguments=hook.tool_input,
+            call_id=hook.tool_use_id or None,
+            session_id=hook.session_id or None,
+            agent=agent,
+            cwd=hook.cwd or None,
+            **fields,
+        )
+    except ValidationError as e:
+        raise InvalidRequest(f"invalid hook input: {e}", details=error_details(e)) from e
+
+
+def event_from_claude(payload: Any) -> ApprovalEvent:
+    """Claude Code hook input → the event to review.
+
+    `Bash` is a command (`tool_input.command`); `Edit`, `Write`, `MultiEdit` and
+    `NotebookEdit` are file changes (`tool_input.file_path`); anything else
+    (MCP tools included) is a tool call. `tool_use_id` becomes the `call_id`,
+    so a retried hook finds the same request."""
+    hook = parse_hook_input(payload)
+    if hook.tool_name == "Bash":
+        return _event(hook, "claude-code", "command", command=_text(hook.tool_input.get("command")))
+    if hook.tool_name in CLAUDE_FILE_TOOLS:
+        path = _text(hook.tool_input.get("file_path")) or _text(
+            hook.tool_input.get("notebook_path")
+        )
+        return _event(hook, "claude-code", "file", path=path)
+    return _event(hook, "claude-code", "tool")
+
+
+def event_from_codex(payload: Any) -> ApprovalEvent:
+    """Codex hook input → the event to review.
+
+    `Bash` is a command; `apply_patch` is a file change (the first file its
+    patch names); `NetworkAccess` (PermissionRequest) is a permission ask;
+    MCP tools (`mcp__server__tool`) are tool calls."""
+    hook = parse_hook_input(payload)
+    command = _text(hook.tool_input.get("command"))
+    if hook.tool_name == "Bash":
+        return _event(hook, "codex", "command", command=command)
+    if hook.tool_name == "apply_patch":
+        found = _PATCH_FILE.search(command or "")
+        return _event(hook, "codex", "file", path=found.group(1).strip() if found else None)
+    if hook.tool_name == "NetworkAccess":
+        description = _text(hook.tool_input.get("description"))
+        return _event(
+            hook,
+            "codex",
+            "permissions",
+            command=command,
+            permissions={"network": description} if description else {},
+        )
+    return _event(hook, "codex", "tool")
+
+
+def event_from(dialect: Dialect, payload: Any) -> ApprovalEvent:
+    if dialect == "claude-code":
+        return event_from_claude(payload)
+    if dialect == "codex":
+        return event_from_codex(payload)
+    raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
+
+
+def hook_metadata(payload: Any) -> dict[str, Any]:
+    """What the reviewer may want to know about the hook call, for the request's `metadata`."""
+    hook = parse_hook_input(payload)
+    meta: dict[str, Any] = {"hook_event_name": hook.hook_event_name}
+    if hook.permission_mode:
+        meta["permission_mode"] = hook.permission_mode
+    return meta
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+class PreToolUseOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hookEventName: Literal["PreToolUse"] = "PreToolUse"  # the agents' wire names
+    permissionDecision: Literal["allow", "deny", "ask"]
+    permissionDecisionReason: str
+    additionalContext: str | None = None
+
+
+class PermissionDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    behavior: Literal["allow", "deny"]
+    message: str | None = None
+
+
+class PermissionRequestOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hookEventName: Literal["PermissionRequest"] = "PermissionRequest"
+    decision: PermissionDecision
+
+
+class HookOutput(BaseModel):
+    """What the hook prints (command) or answers (http); no output at all means no decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hookSpecificOutput: PreToolUseOutput | PermissionRequestOutput
+    systemMessage: str | None = None
+
+
+def pre_tool_use_output(
+    decision: Literal["allow", "deny", "ask"], reason: str, *, context: str | None = None
+) -> dict[str, Any]:
+    out = HookOutput(
+        hookSpecificOutput=PreToolUseOutput(
+            permissionDecision=decision, permissionDecisionReason=reason, additionalContext=context
+        )
+    )
+    return out.model_dump(exclude_none=True)
+
+
+def permission_request_output(
+    behavior: Literal["allow", "deny"],
+    message: str | None = None,
+    *,
+    system_message: str | None = None,
+) -> dict[str, Any]:
+    out = HookOutput(
+        hookSpecificOutput=PermissionRequestOutput(
+            decision=PermissionDecision(behavior=behavior, message=message)
+        ),
+        systemMessage=system_message,
+    )
+    return out.model_dump(exclude_none=True)
+
+
+def _who(decided_by: str | None) -> str:
+    if not decided_by:
+        return "a reviewer"
+    return f"<@{decided_by}>" if _SLACK_USER.fullmatch(decided_by) else decided_by
+
+
+def decision_text(request: ApprovalRequest) -> str:
+    """One line saying how the request ended, with the reviewer's reason, choice or input."""
+    d = request.decision
+    who = _who(d.decided_by if d else None)
+    reason = d.reason if d else None
+    if request.status == "approved":
+        text = f"Approved by {who}"
+        if d and d.selection:
+            text += f" (choice: {d.selection})"
+        if d and d.input:
+            text += f": {d.input}"
+        elif reason:
+            text += f" ({reason})"
+        return text
+    if request.status == "denied":
+        return f"Denied by {who}: {reason}" if reason else f"Denied by {who}"
+    if request.status == "expired":
+        return f"Approval request expired: {reason or 'approval timeout'}"
+    if request.status == "cancelled":
+        return f"Approval request was cancelled: {reason or 'cancelled'}"
+    if request.status == "error":
+        return f"Approval failed: {reason or 'reviewer-side error'}"
+    return f"Approval request {request.id} is still pending"
+
+
+def _reviewer_note(request: ApprovalRequest) -> str | None:
+    """The approval text when the reviewer typed or chose something the agent should see."""
+    d = request.decision
+    return decision_text(request) if d and (d.input or d.selection) else None
+
+
+def output_for_request(
+    dialect: Dialect, event: HookEvent, request: ApprovalRequest
+) -> dict[str, Any] | None:
+    """The hook output for a request that is no longer pending."""
+    text = decision_text(request)
+    approved = request.status == "approved"
+    if event == "PreToolUse":
+        if approved:
+            if dialect == "codex":
+                return None  # Codex: no output lets the call run
+            return pre_tool_use_output("allow", text, context=_reviewer_note(request))
+        return pre_tool_use_output("deny", text)
+    if approved:
+        return permission_request_output("allow", system_message=_reviewer_note(request))
+    return permission_request_output("deny", text)
+
+
+def output_for_timeout(
+    dialect: Dialect,
+    event: HookEvent,
+    on_timeout: OnTimeout,
+    timeout: float,
+    request_id: str | None = None,
+) -> dict[str, Any] | None:
+    """The hook output when no decision came within `timeout` seconds."""
+    ref = f" (request {request_id})" if request_id else ""
+    timeout = round(timeout, 1)
+    if on_timeout == "ask":
+        if dialect == "claude-code" and event == "PreToolUse":
+            return pre_tool_use_output(
+                "ask", f"No approval decision within {timeout:g} s{ref}; please decide here."
+            )
+        return None  # no decision: the agent's own approval flow takes over
+    reason = f"No approval decision within {timeout:g} s{ref}; denied by default."
+    if event == "PreToolUse":
+        return pre_tool_use_output("deny", reason)
+    return permission_request_output("deny", reason)
+
+
+def output_for_failure(event: HookEvent, message: str) -> dict[str, Any]:
+    """Fail closed: the review could not happen, so the call does not run."""
+    reason = f"Approval service error: {message}"
+    if event == "PreToolUse":
+        return pre_tool_use_output("deny", reason)
+    return permission_request_output("deny", reason)
+
+
+def time_budget(hook_timeout: float) -> float:
+    """How long to wait for a decision so the hook answers before the agent's `hook_timeout`
+    (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
+    margin = min(MAX_MARGIN_SECONDS, hook_timeout * 0.2)
+    return max(0.05, hook_timeout - margin)
+
+
+# -- the runner -----------------------------------------------------------------------------
+
+
+async def run_hook(
+    dialect: Dialect,
+    payload: Any,
+    submit: Submit,
+    wait: Wait,
+    *,
+    timeout: float,  # noqa: ASYNC109 - a budget for submit + wait, each step told what is left
+    on_timeout: OnTimeout = "deny",
+    cancel: Cancel | None = None,
+) -> dict[str, Any] | None:
+    """Review one hook call: submit it, wait at most `timeout` seconds in all, answer.
+
+    `timeout` is the hook's own timeout minus a margin (`time_budget`). Returns
+    the output JSON, or None for "print nothing". Bad hook input raises
+    `InvalidRequest`; any failure to submit or wait denies (fail closed). On
+    timeout, `cancel(id, reason)` (when given) withdraws the request so its Slack
+    message says so — and if a decision won the race, that decision is used."""
+    if dialect not in DIALECTS:
+        raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
+    if on_timeout not in ("deny", "ask"):
+        raise InvalidRequest(f"on_timeout must be 'deny' or 'ask', not {on_timeout!r}")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    hook_event = parse_hook_input(payload).hook_event_name
+    event = event_from(dialect, payload)
+    try:
+        request = await submit(event)
+        if request.is_pending:
+            try:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ApprovalTimeout(f"no time left to wait for {request.id}")
+                request = await wait(request.id, remaining)
+            except ApprovalTimeout:
+                request = await _withdraw(dialect, request, cancel, on_timeout, timeout)
+                if request.status in ("pending", "cancelled"):
+                    log.info(
+                        "hook timed out dialect=%s id=%s on_timeout=%s",
+                        dialect,
+                        request.id,
+                        on_timeout,
+                    )
+                    return output_for_timeout(dialect, hook_event, on_timeout, timeout, request.id)
+    except Exception as e:  # fail closed: never let an unreviewed call through
+        log.exception("hook review failed dialect=%s tool=%s", dialect, event.tool_name)
+        message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        return output_for_failure(hook_event, str(message))
+    log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
+    return output_for_request(dialect, hook_event, request)
+
+
+async def _withdraw(
+    dialect: Dialect,
+    request: ApprovalRequest,
+    cancel: Cancel | None,
+    on_timeout: OnTimeout,
+    waited: float,
+) -> ApprovalRequest:
+    """Cancel a request nobody decided in time; the request as it stands afterwards."""
+    if cancel is None:
+        return request
+    then = "the call was denied" if on_timeout == "deny" else f"{dialect} asked its user instead"
+    try:
+        return await cancel(request.id, f"no decision within {round(waited, 1):g} s; {then}")
+    except Exception:
+        log.warning("hook could not cancel id=%s", request.id, exc_info=True)
+        return request

@@ -1,0 +1,603 @@
+"""The agent HTTP API: `/v1/approvals`, the Claude Code http hook, `/openapi.json`, HTTP errors.
+
+    POST /v1/approvals                create (idempotent on call_id): 201, or 200 if it existed
+    GET  /v1/approvals/{id}?wait=N    the approval object; long-polls up to N s (capped)
+    POST /v1/approvals/{id}/cancel    withdraw a pending request (409 once decided)
+    POST /hooks/claude-code           Claude Code `http` hook: hook JSON in, hook output out
+    GET  /openapi.json                OpenAPI 3.1, generated from the models below
+
+`/v1/*` and `/hooks/*` need `Authorization: Bearer <token>` (one of
+`ctx.api_tokens`); with no token configured they answer 503 — never open by
+default. Every error is `{"error": {"code", "message", "details"?}}`, mapped
+from the `approvals.errors` tree in one place, `error_middleware`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.json_schema import models_json_schema
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from approvals.agent_hooks import (
+    HookInput,
+    HookOutput,
+    OnTimeout,
+    error_details,
+    hook_metadata,
+    parse_hook_input,
+    run_hook,
+    time_budget,
+)
+from approvals.errors import (
+    AlreadyDecided,
+    ApprovalError,
+    ApprovalTimeout,
+    InvalidRequest,
+    NotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+)
+from approvals.models import (
+    MAX_DEADLINE_SECONDS,
+    MAX_EVENT_BYTES,
+    MAX_OPTION_LEN,
+    MAX_OPTIONS,
+    MAX_TEXT,
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    EventKind,
+    Kind,
+    Outcome,
+    Sensitivity,
+    Status,
+)
+from bot.context import BotContext
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Default Claude Code hook timeout assumed when `?timeout=` is not given, in seconds.
+DEFAULT_HOOK_TIMEOUT = 55.0
+MAX_HOOK_TIMEOUT = 3600.0
+_CHUNK = 64 * 1024
+
+
+# -- the models the handlers validate with (and the OpenAPI document is made of) ----------
+
+Option = Annotated[str, Field(min_length=1, max_length=MAX_OPTION_LEN)]
+
+
+class CreateApproval(BaseModel):
+    """Body of `POST /v1/approvals`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool_name: str = Field(min_length=1, max_length=200)
+    arguments: dict[str, Any]
+    kind: Kind = "approval"
+    sensitivity: Sensitivity = "low"
+    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    options: list[Option] | None = Field(default=None, min_length=1, max_length=MAX_OPTIONS)
+    deadline_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    allow_for_session: bool = False
+    call_id: str | None = Field(default=None, min_length=1, max_length=200)
+    session_id: str | None = Field(default=None, max_length=200)
+    agent: str | None = Field(default=None, max_length=200)
+    channel: str | None = Field(default=None, min_length=1, max_length=200)
+    requester: str | None = Field(default=None, min_length=1, max_length=200)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    event_kind: EventKind = "tool"
+    command: str | None = Field(default=None, max_length=MAX_EVENT_BYTES)
+    path: str | None = Field(default=None, max_length=4096)
+    cwd: str | None = Field(default=None, max_length=4096)
+    permissions: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CreateApproval:
+        self.config()  # kind/options rules live in ApprovalConfig; a ValueError here is a 422
+        return self
+
+    def config(self) -> ApprovalConfig:
+        return ApprovalConfig(
+            kind=self.kind,
+            sensitivity=self.sensitivity,
+            prompt=self.prompt,
+            options=tuple(self.options) if self.options else None,
+            deadline_seconds=self.deadline_seconds,
+            allow_for_session=self.allow_for_session,
+        )
+
+    def event(self) -> ApprovalEvent:
+        return ApprovalEvent(
+            kind=self.event_kind,
+            tool_name=self.tool_name,
+            arguments=self.arguments,
+            call_id=self.call_id,
+            session_id=self.session_id,
+            agent=self.agent,
+            cwd=self.cwd,
+            command=self.command,
+            path=self.path,
+            permissions=self.permissions,
+        )
+
+
+class CancelApproval(BaseModel):
+    """Optional body of `POST /v1/approvals/{id}/cancel`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    reason: str | None = Field(default=None, max_length=MAX_TEXT)
+    by: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class VoteObject(BaseModel):
+    user: str
+    outcome: Literal["approve", "deny"]
+    at: datetime
+    reason: str | None
+
+
+class ApprovalObject(BaseModel):
+    """The approval object (`ApprovalRequest.public()`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: Status
+    tool_name: str
+    arguments: dict[str, Any]
+    kind: Kind
+    sensitivity: Sensitivity
+    options: list[str] | None
+    prompt: str
+    call_id: str | None
+    session_id: str | None
+    agent: str | None
+    route: str
+    channel: str | None
+    created_at: datetime
+    deadline_at: datetime | None
+    decision: Outcome | None
+    reason: str | None
+    input: str | None
+    selection: str | None
+    for_session: bool
+    decided_by: str | None
+    decided_at: datetime | None
+    via: str | None
+    votes: list[VoteObject]
+    metadata: dict[str, Any]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error: a stable `code`, a human `message`, and for 422 the fields at fault."""
+
+    error: ErrorDetail
+
+
+def approval_object(request: ApprovalRequest) -> dict[str, Any]:
+    return ApprovalObject.model_validate(request.public()).model_dump(mode="json")
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class APIError(Exception):
+    """An HTTP-only error (auth, JSON syntax, query syntax) with its status and code."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.details, self.headers = details, headers
+
+
+_STATUS: tuple[tuple[type[ApprovalError], int], ...] = (
+    (PayloadTooLarge, 413),
+    (InvalidRequest, 422),
+    (NotFound, 404),
+    (AlreadyDecided, 409),
+    (NotAllowed, 403),
+    (StoreUnavailable, 503),
+    (ApprovalTimeout, 504),
+)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def error_response(
+    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> web.Response:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    text = json.dumps({"error": body}, ensure_ascii=False, default=str)
+    return web.json_response(text=text, status=status, headers=headers)
+
+
+def _approval_error(e: ApprovalError) -> web.Response:
+    status = next((s for cls, s in _STATUS if isinstance(e, cls)), 400)
+    details = e.details
+    if isinstance(e, AlreadyDecided) and isinstance(e.request, ApprovalRequest):
+        d = e.request.decision
+        details = {"status": e.request.status, "decided_by": d.decided_by if d else None}
+    return error_response(status, e.code, e.message, details)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The one place errors become HTTP responses; nothing else builds an error body."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = _HTTP_CODES.get(e.status, "http_error")
+        message = f"no route for {request.method} {request.path}" if e.status == 404 else e.reason
+        kept = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after")}
+        return error_response(e.status, code, message, headers=kept or None)
+    except APIError as e:
+        return error_response(e.status, e.code, e.message, e.details, e.headers)
+    except ApprovalError as e:
+        log.info("api refused method=%s path=%s code=%s", request.method, request.path, e.code)
+        return _approval_error(e)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
+            for err in e.errors()[:5]
+        )
+        return error_response(
+            422, "invalid_request", f"invalid request: {problems}", error_details(e)
+        )
+    except (RedisConnectionError, RedisTimeoutError) as e:
+        log.warning("api store unavailable path=%s error=%r", request.path, e)
+        return error_response(503, "store_unavailable", "Redis is unreachable; try again")
+    except Exception:
+        log.exception("api internal error method=%s path=%s", request.method, request.path)
+        return error_response(500, "internal", "internal server error")
+
+
+# -- request helpers ------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json(request: web.Request, limit: int, *, required: bool = True) -> Any:
+    """The JSON body, read at most `limit` bytes: 413 past it, 400 if it is not JSON (or empty
+    when `required`; an empty optional body is None)."""
+    too_large = PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(_CHUNK):
+        body.extend(chunk)
+        if len(body) > limit:
+            raise too_large
+    if not body.strip():
+        if required:
+            raise APIError(400, "invalid_json", "request body is empty; send a JSON object")
+        return None
+    try:
+        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeError are ValueErrors
+        raise APIError(400, "invalid_json", f"request body is not valid JSON: {e}") from e
+    return data
+
+
+def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        message = f"query parameter {name!r} must be a number from {low:g} to {high:g}"
+        raise APIError(
+            422,
+            "invalid_request",
+            message,
+            [{"loc": ["query", name], "msg": message, "type": "value_error"}],
+        )
+    return value
+
+
+class ApprovalsAPI:
+    """The handlers, bound to one `BotContext`."""
+
+    def __init__(self, ctx: BotContext) -> None:
+        self.ctx = ctx
+        self.document = openapi_document()
+
+    def guard(self, handler: Handler) -> Handler:
+        """Bearer-token check in front of `handler` (401 none, 403 wrong, 503 none configured)."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            self.authorize(request)
+            return await handler(request)
+
+        return guarded
+
+    def authorize(self, request: web.Request) -> None:
+        tokens = self.ctx.api_tokens
+        if not tokens:
+            raise APIError(
+                503,
+                "api_disabled",
+                "the HTTP API is disabled: set "
+                "APPROVALS_API_TOKENS to one or more comma-separated bearer tokens",
+            )
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.strip().partition(" ")
+        given = given.strip()
+        if scheme.lower() != "bearer" or not given:
+            raise APIError(
+                401,
+                "unauthorized",
+                "send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": 'Bearer realm="approval-bot"'},
+            )
+        presented = given.encode("utf-8", "replace")
+        matched = False
+        for token in tokens:  # every token compared, in constant time
+            matched |= hmac.compare_digest(presented, token.encode("utf-8", "replace"))
+        if not matched:
+            raise APIError(403, "forbidden", "the bearer token is not valid for this API")
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(self.document)
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = CreateApproval.model_validate(await read_json(request, self.ctx.max_body_bytes))
+        result = await self.ctx.service.create(
+            body.event(),
+            body.config(),
+            requester=body.requester,
+            channel=body.channel,
+            metadata=body.metadata,
+        )
+        created, is_new = result.request, result.created
+        self.ctx.count("api_created" if is_new else "api_reused")
+        return web.json_response(
+            approval_object(created),
+            status=201 if is_new else 200,
+            headers={"Location": f"/v1/approvals/{created.id}"},
+        )
+
+    async def get(self, request: web.Request) -> web.Response:
+        request_id = request.match_info["id"]
+        wait = _number(request, "wait", 0.0, 0.0, 24 * 3600.0)
+        wait = min(wait, self.ctx.max_wait_seconds)
+        if wait > 0:
+            try:
+                found = await self.ctx.waiter.wait(request_id, wait)
+            except ApprovalTimeout:
+                found = await self.ctx.store.get(request_id)
+        else:
+            found = await self.ctx.store.get(request_id)
+        return web.json_response(approval_object(found))
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        request_id = request.match_info["id"]
+        body = CancelApproval.model_validate(
+            await read_json(request, self.ctx.max_body_bytes, required=False) or {}
+        )
+        result = await self.ctx.service.cancel(
+            request_id, by=body.by, reason=body.reason, via="api"
+        )
+        if result.status != "decided":
+            raise AlreadyDecided(
+                f"request {request_id} is already {result.request.status}", request=result.request
+            )
+        return web.json_response(approval_object(result.request))
+
+    async def claude_code_hook(self, request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        hook_timeout = _number(request, "timeout", DEFAULT_HOOK_TIMEOUT, 1.0, MAX_HOOK_TIMEOUT)
+        on_timeout = request.query.get("on_timeout", "deny")
+        if on_timeout not in ("deny", "ask"):
+            message = "query parameter 'on_timeout' must be 'deny' or 'ask'"
+            raise APIError(
+                422,
+                "invalid_request",
+                message,
+                [{"loc": ["query", "on_timeout"], "msg": message, "type": "enum"}],
+            )
+        payload = await read_json(request, self.ctx.max_body_bytes)
+        parse_hook_input(payload)  # a bad payload is a 422 before anything is stored
+        metadata = hook_metadata(payload)
+        # The request's deadline is when the hook stops waiting, so reviewers see the real one.
+        config = ApprovalConfig(deadline_seconds=hook_timeout)
+
+        async def submit(event: ApprovalEvent) -> ApprovalRequest:
+            return await self.ctx.service.submit(event, config, metadata=metadata)
+
+        async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+            result = await self.ctx.service.cancel(
+                request_id, by="claude-code hook", reason=reason, via="hook"
+            )
+            return result.request
+
+        budget = time_budget(hook_timeout) - (loop.time() - started)
+        mode: OnTimeout = "ask" if on_timeout == "ask" else "deny"
+        output = await run_hook(
+            "claude-code",
+            payload,
+            submit,
+            self.ctx.waiter.wait,
+            timeout=budget,
+            on_timeout=mode,
+            cancel=cancel,
+        )
+        self.ctx.count("hook_calls")
+        if output is None:
+            return web.Response(status=204)  # "2xx with an empty body": no decision
+        return web.json_response(output)
+
+
+def add_routes(app: web.Application, ctx: BotContext) -> None:
+    """Register the agent API on `app` (which should carry `error_middleware`)."""
+    api = ApprovalsAPI(ctx)
+    app.router.add_get("/openapi.json", api.openapi)
+    app.router.add_post("/v1/approvals", api.guard(api.create))
+    app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
+    app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
+    app.router.add_post("/hooks/claude-code", api.guard(api.claude_code_hook))
+
+
+# -- OpenAPI --------------------------------------------------------------------------------
+
+
+def _json(ref: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": ref}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document, its schemas generated from the models the handlers use."""
+    refs, top = models_json_schema(
+        [
+            (CreateApproval, "validation"),
+            (CancelApproval, "validation"),
+            (ApprovalObject, "serialization"),
+            (ErrorResponse, "serialization"),
+            (HookInput, "validation"),
+            (HookOutput, "serialization"),
+        ],
+        ref_template="#/components/schemas/{model}",
+    )
+    ref = {model: refs[(model, mode)] for model, mode in refs}
+    error = {"description": "error", "content": _json(ref[ErrorResponse])}
+
+    def errors(*codes: int) -> dict[str, Any]:
+        return {str(c): error for c in (400, 401, 403, 503, *codes)}
+
+    approval = {"description": "the approval object", "content": _json(ref[ApprovalObject])}
+    id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+    secured: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+    paths = {
+        "/v1/approvals": {
+            "post": {
+                "operationId": "createApproval",
+                "summary": "Ask for an approval",
+                "security": secured,
+                "requestBody": {"required": True, "content": _json(ref[CreateApproval])},
+                "responses": {
+                    "201": approval,
+                    "200": {
+                        **approval,
+                        "description": ("an approval created earlier with the same call_id"),
+                    },
+                    **errors(413, 422),
+                },
+            }
+        },
+        "/v1/approvals/{id}": {
+            "get": {
+                "operationId": "getApproval",
+                "summary": "Read (or long-poll) an approval",
+                "security": secured,
+                "parameters": [
+                    id_param,
+                    {
+                        "name": "wait",
+                        "in": "query",
+                        "required": False,
+                        "description": "seconds to wait while pending (capped by the server)",
+                        "schema": {"type": "number", "minimum": 0, "maximum": 86400},
+                    },
+                ],
+                "responses": {"200": approval, **errors(404, 422)},
+            }
+        },
+        "/v1/approvals/{id}/cancel": {
+            "post": {
+                "operationId": "cancelApproval",
+                "summary": "Withdraw a pending approval",
+                "security": secured,
+                "parameters": [id_param],
+                "requestBody": {"required": False, "content": _json(ref[CancelApproval])},
+                "responses": {"200": approval, **errors(404, 409, 413, 422)},
+            }
+        },
+        "/hooks/claude-code": {
+            "post": {
+                "operationId": "claudeCodeHook",
+                "summary": "Claude Code http hook",
+                "security": secured,
+                "parameters": [
+                    {
+                        "name": "timeout",
+                        "in": "query",
+                        "required": False,
+                        "description": "the hook's timeout in settings.json, seconds (default 55)",
+                        "schema": {"type": "number", "minimum": 1, "maximum": MAX_HOOK_TIMEOUT},
+                    },
+                    {
+                        "name": "on_timeout",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["deny", "ask"], "default": "deny"},
+                    },
+                ],
+                "requestBody": {"required": True, "content": _json(ref[HookInput])},
+                "responses": {
+                    "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
+                    "204": {"description": "no decision: Claude Code asks its user"},
+                    **errors(413, 422),
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "responses": {
+                    "200": {"description": "OpenAPI 3.1", "content": _json({"type": "object"})}
+                },
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "approval-bot",
+            "version": "1",
+            "description": "Slack approvals for AI agents: the agent-facing HTTP API.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": top.get("$defs", {}),
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,549 @@
+"""The agent HTTP API through the real aiohttp app, on real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio import Redis
+
+from approvals.keys import Keys
+from approvals.models import MAX_EVENT_BYTES
+from approvals.policy_file import parse_policy
+from approvals.service import Actor, ApprovalService
+from approvals.store import ApprovalStore
+from bot.api import ApprovalObject, add_routes, error_middleware
+from bot.context import BotContext
+
+AUTH = {"Authorization": "Bearer test-token"}
+
+
+async def make_client(ctx: BotContext) -> TestClient[web.Request, web.Application]:
+    app = web.Application(middlewares=[error_middleware])
+    add_routes(app, ctx)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+@pytest.fixture
+async def client(ctx: BotContext) -> AsyncIterator[TestClient[web.Request, web.Application]]:
+    c = await make_client(ctx)
+    yield c
+    await c.close()
+
+
+Client = TestClient[web.Request, web.Application]
+
+
+async def error_of(resp: Any, status: int) -> dict[str, Any]:
+    assert resp.status == status, await resp.text()
+    assert resp.content_type == "application/json"
+    body = await resp.json()
+    assert set(body) == {"error"}
+    assert {"code", "message"} <= set(body["error"])
+    return body["error"]  # type: ignore[no-any-return]
+
+
+async def create(client: Client, **body: Any) -> dict[str, Any]:
+    payload = {"tool_name": "deploy", "arguments": {"env": "prod"}, **body}
+    resp = await client.post("/v1/approvals", json=payload, headers=AUTH)
+    assert resp.status == 201, await resp.text()
+    return await resp.json()  # type: ignore[no-any-return]
+
+
+# -- auth ----------------------------------------------------------------------------------------
+
+
+async def test_missing_token_is_401(client: Client) -> None:
+    resp = await client.post("/v1/approvals", json={"tool_name": "x", "arguments": {}})
+    error = await error_of(resp, 401)
+    assert error["code"] == "unauthorized"
+    assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    resp = await client.get("/v1/approvals/x", headers={"Authorization": "Basic dGVzdA=="})
+    assert (await error_of(resp, 401))["code"] == "unauthorized"
+
+
+async def test_wrong_token_is_403_on_every_protected_route(client: Client) -> None:
+    bad = {"Authorization": "Bearer nope"}
+    for method, path in [
+        ("POST", "/v1/approvals"),
+        ("GET", "/v1/approvals/x"),
+        ("POST", "/v1/approvals/x/cancel"),
+        ("POST", "/hooks/claude-code"),
+    ]:
+        resp = await client.request(method, path, json={}, headers=bad)
+        assert (await error_of(resp, 403))["code"] == "forbidden", path
+    resp = await client.post("/hooks/claude-code", json={})
+    assert (await error_of(resp, 401))["code"] == "unauthorized"
+
+
+async def test_any_configured_token_is_accepted(ctx: BotContext) -> None:
+    ctx.api_tokens = ("first", "second")
+    c = await make_client(ctx)
+    try:
+        resp = await c.get("/v1/approvals/unknown", headers={"Authorization": "Bearer second"})
+        assert (await error_of(resp, 404))["code"] == "not_found"
+    finally:
+        await c.close()
+
+
+async def test_no_tokens_configured_disables_the_api(ctx: BotContext) -> None:
+    ctx.api_tokens = ()
+    c = await make_client(ctx)
+    try:
+        resp = await c.post(
+            "/v1/approvals",
+            json={"tool_name": "x", "arguments": {}},
+            headers={"Authorization": "Bearer anything"},
+        )
+        error = await error_of(resp, 503)
+        assert error["code"] == "api_disabled"
+        assert "APPROVALS_API_TOKENS" in error["message"]
+        assert (await c.get("/openapi.json")).status == 200  # the document stays readable
+    finally:
+        await c.close()
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+async def test_malformed_json_is_400(client: Client) -> None:
+    for body in (b"{not json", b'{"tool_name": NaN, "arguments": {}}', b"\xff\xfe", b""):
+        resp = await client.post("/v1/approvals", data=body, headers=AUTH)
+        assert (await error_of(resp, 400))["code"] == "invalid_json", body
+
+
+async def test_unknown_fields_are_422_with_field_details(client: Client) -> None:
+    resp = await client.post(
+        "/v1/approvals", headers=AUTH, json={"tool_name": "x", "arguments": {}, "surprise": 1}
+    )
+    error = await error_of(resp, 422)
+    assert error["code"] == "invalid_request"
+    assert error["details"] == [
+        {"loc": ["surprise"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+    ]
+
+
+async def test_wrong_types_are_422(client: Client) -> None:
+    resp = await client.post(
+        "/v1/approvals",
+        headers=AUTH,
+        json={"tool_name": 5, "arguments": {}, "deadline_seconds": "soon", "kind": "maybe"},
+    )
+    error = await error_of(resp, 422)
+    assert sorted(d["loc"][0] for d in error["details"]) == [
+        "deadline_seconds",
+        "kind",
+        "tool_name",
+    ]
+    assert all(set(d) == {"loc", "msg", "type"} for d in error["details"])
+
+
+async def test_arguments_must_be_an_object(client: Client) -> None:
+    for arguments in (["a"], "a", None):
+        resp = await client.post(
+            "/v1/approvals", headers=AUTH, json={"tool_name": "x", "arguments": arguments}
+        )
+        error = await error_of(resp, 422)
+        assert [d["loc"] for d in error["details"]] == [["arguments"]], arguments
+
+
+async def test_choice_without_options_is_422(client: Client) -> None:
+    resp = await client.post(
+        "/v1/approvals", headers=AUTH, json={"tool_name": "x", "arguments": {}, "kind": "choice"}
+    )
+    error = await error_of(resp, 422)
+    assert "options" in error["message"]
+
+
+async def test_oversized_body_is_413(ctx: BotContext) -> None:
+    ctx.max_body_bytes = 1000
+    c = await make_client(ctx)
+    try:
+        big = {"tool_name": "x", "arguments": {"blob": "a" * 2000}}
+        resp = await c.post("/v1/approvals", json=big, headers=AUTH)
+        assert (await error_of(resp, 413))["code"] == "payload_too_large"
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the read is counted
+            yield b'{"tool_name": "x", "arguments": {"blob": "'
+            for _ in range(10):
+                yield b"a" * 200
+            yield b'"}}'
+
+        resp = await c.post("/v1/approvals", data=chunks(), headers=AUTH)
+        assert (await error_of(resp, 413))["code"] == "payload_too_large"
+        assert await ctx.store.list_pending() == []
+    finally:
+        await c.close()
+
+
+async def test_an_event_over_the_store_limit_is_413(client: Client) -> None:
+    resp = await client.post(
+        "/v1/approvals",
+        headers=AUTH,
+        json={"tool_name": "x", "arguments": {"blob": "a" * (MAX_EVENT_BYTES + 10)}},
+    )
+    assert (await error_of(resp, 413))["code"] == "payload_too_large"
+
+
+async def test_unknown_id_and_unknown_route_are_json_404(client: Client) -> None:
+    resp = await client.get("/v1/approvals/apr_nope", headers=AUTH)
+    assert (await error_of(resp, 404))["code"] == "not_found"
+    resp = await client.get("/v1/nothing-here", headers=AUTH)
+    assert (await error_of(resp, 404))["code"] == "not_found"
+    resp = await client.delete("/v1/approvals", headers=AUTH)
+    assert (await error_of(resp, 405))["code"] == "method_not_allowed"
+
+
+async def test_store_outage_is_503_without_a_stack_trace(ctx: BotContext, keys: Keys) -> None:
+    dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+    store = ApprovalStore(dead, keys)
+    ctx.store, ctx.service = store, ApprovalService(store, ctx.service.policy)
+    c = await make_client(ctx)
+    try:
+        resp = await c.post("/v1/approvals", json={"tool_name": "x", "arguments": {}}, headers=AUTH)
+        error = await error_of(resp, 503)
+        assert error["code"] == "store_unavailable"
+        assert "Traceback" not in await resp.text()
+    finally:
+        await c.close()
+        await dead.aclose()
+
+
+# -- the approval lifecycle ------------------------------------------------------------------------
+
+
+async def test_create_get_decide_get(ctx: BotContext, client: Client) -> None:
+    made = await create(
+        client,
+        kind="input",
+        prompt="Deploy to prod?",
+        session_id="s1",
+        agent="ci-bot",
+        metadata={"ticket": "OPS-1"},
+        deadline_seconds=600,
+    )
+    assert made["status"] == "pending"
+    assert ApprovalObject.model_validate(made).id == made["id"]
+    assert (made["prompt"], made["kind"], made["metadata"]) == (
+        "Deploy to prod?",
+        "input",
+        {"ticket": "OPS-1"},
+    )
+    assert made["decision"] is None and made["decided_by"] is None
+
+    resp = await client.get(f"/v1/approvals/{made['id']}", headers=AUTH)
+    assert resp.status == 200
+    assert (await resp.json())["status"] == "pending"
+
+    await ctx.service.decide(made["id"], "approve", Actor("U1"), input="ship it")
+    got = await (await client.get(f"/v1/approvals/{made['id']}", headers=AUTH)).json()
+    assert (got["status"], got["decision"], got["decided_by"], got["input"], got["via"]) == (
+        "approved",
+        "approve",
+        "U1",
+        "ship it",
+        "slack",
+    )
+    assert got["decided_at"] is not None
+
+
+async def test_create_is_idempotent_on_call_id(ctx: BotContext, client: Client) -> None:
+    first = await create(client, call_id="call-42")
+    resp = await client.post(
+        "/v1/approvals",
+        headers=AUTH,
+        json={"tool_name": "deploy", "arguments": {"env": "prod"}, "call_id": "call-42"},
+    )
+    assert resp.status == 200
+    again = await resp.json()
+    assert again["id"] == first["id"]
+    assert await ctx.redis.xlen(ctx.keys.outbox) == 1  # one Slack post queued, not two
+
+
+async def test_cancel_pending_then_cancel_again_is_409(client: Client) -> None:
+    made = await create(client)
+    resp = await client.post(
+        f"/v1/approvals/{made['id']}/cancel",
+        headers=AUTH,
+        json={"reason": "agent restarted", "by": "agent-7"},
+    )
+    assert resp.status == 200
+    body = await resp.json()
+    assert (body["status"], body["reason"], body["decided_by"]) == (
+        "cancelled",
+        "agent restarted",
+        "agent-7",
+    )
+    resp = await client.post(f"/v1/approvals/{made['id']}/cancel", headers=AUTH)
+    error = await error_of(resp, 409)
+    assert error["code"] == "already_decided"
+    assert error["details"]["status"] == "cancelled"
+
+
+async def test_cancelling_a_decided_request_is_409(ctx: BotContext, client: Client) -> None:
+    made = await create(client)
+    await ctx.service.decide(made["id"], "deny", Actor("U2"), reason="no")
+    resp = await client.post(f"/v1/approvals/{made['id']}/cancel", headers=AUTH)
+    error = await error_of(resp, 409)
+    assert error["details"] == {"status": "denied", "decided_by": "U2"}
+    resp = await client.post("/v1/approvals/apr_missing/cancel", headers=AUTH)
+    assert (await error_of(resp, 404))["code"] == "not_found"
+
+
+async def test_long_poll_returns_on_the_decision(ctx: BotContext, client: Client) -> None:
+    made = await create(client)
+
+    async def decide_soon() -> None:
+        await asyncio.sleep(0.2)
+        await ctx.service.decide(made["id"], "approve", Actor("U1"))
+
+    started = time.monotonic()
+    decider = asyncio.create_task(decide_soon())
+    resp = await client.get(f"/v1/approvals/{made['id']}?wait=20", headers=AUTH)
+    elapsed = time.monotonic() - started
+    await decider
+    assert resp.status == 200
+    assert (await resp.json())["status"] == "approved"
+    assert 0.2 <= elapsed < 5
+
+
+async def test_long_poll_ends_with_the_wait(client: Client) -> None:
+    made = await create(client)
+    started = time.monotonic()
+    resp = await client.get(f"/v1/approvals/{made['id']}?wait=0.4", headers=AUTH)
+    elapsed = time.monotonic() - started
+    assert resp.status == 200
+    assert (await resp.json())["status"] == "pending"
+    assert 0.4 <= elapsed < 3
+
+
+async def test_wait_is_capped(ctx: BotContext) -> None:
+    ctx.max_wait_seconds = 0.3
+    c = await make_client(ctx)
+    try:
+        made = await create(c)
+        started = time.monotonic()
+        resp = await c.get(f"/v1/approvals/{made['id']}?wait=30", headers=AUTH)
+        assert (await resp.json())["status"] == "pending"
+        assert time.monotonic() - started < 3
+        for bad in ("soon", "-1", "nan", "inf"):
+            resp = await c.get(f"/v1/approvals/{made['id']}?wait={bad}", headers=AUTH)
+            error = await error_of(resp, 422)
+            assert error["details"][0]["loc"] == ["query", "wait"], bad
+    finally:
+        await c.close()
+
+
+async def test_a_policy_rule_decides_at_once(ctx: BotContext, keys: Keys) -> None:
+    policy = parse_policy(
+        {
+            "rules": [
+                {
+                    "name": "no prod deletes",
+                    "match": {"tool": "delete_*"},
+                    "action": "deny",
+                    "reason": "never in prod",
+                }
+            ]
+        },
+        source="test policy",
+        default_channel="C0APPROVALS",
+    )
+    ctx.service = ApprovalService(ctx.store, policy)
+    c = await make_client(ctx)
+    try:
+        resp = await c.post(
+            "/v1/approvals",
+            headers=AUTH,
+            json={"tool_name": "delete_db", "arguments": {"db": "main"}},
+        )
+        assert resp.status == 201
+        body = await resp.json()
+        assert (body["status"], body["decision"], body["reason"], body["via"]) == (
+            "denied",
+            "deny",
+            "never in prod",
+            "policy",
+        )
+        assert body["decided_by"] == "policy:no prod deletes"
+        assert (await create(c))["status"] == "pending"  # other tools still ask
+    finally:
+        await c.close()
+
+
+# -- the Claude Code http hook ---------------------------------------------------------------
+
+
+def hook_body(event: str = "PreToolUse", **more: Any) -> dict[str, Any]:
+    body = {
+        "session_id": "abc123",
+        "transcript_path": "/tmp/t.jsonl",
+        "cwd": "/work",
+        "permission_mode": "default",
+        "hook_event_name": event,
+        "tool_name": "Bash",
+        "tool_input": {"command": "terraform apply", "description": "Apply"},
+        "tool_use_id": "toolu_01XYZ",
+    }
+    if event == "PermissionRequest":
+        del body["tool_use_id"]
+    body.update(more)
+    return body
+
+
+async def pending_id(ctx: BotContext) -> str:
+    for _ in range(500):
+        pending = await ctx.store.list_pending()
+        if pending:
+            return pending[0].id
+        await asyncio.sleep(0.01)
+    raise AssertionError("the hook never created a request")
+
+
+async def test_hook_blocks_until_approved(ctx: BotContext, client: Client) -> None:
+    call = asyncio.create_task(
+        client.post("/hooks/claude-code?timeout=30", json=hook_body(), headers=AUTH)
+    )
+    request_id = await pending_id(ctx)
+    await asyncio.sleep(0.2)
+    assert not call.done()  # still waiting for a reviewer
+    request = await ctx.store.get(request_id)
+    assert (request.event.agent, request.event.call_id, request.event.command) == (
+        "claude-code",
+        "toolu_01XYZ",
+        "terraform apply",
+    )
+    assert request.metadata == {"hook_event_name": "PreToolUse", "permission_mode": "default"}
+    await ctx.service.decide(request_id, "approve", Actor("U1"))
+    resp = await asyncio.wait_for(call, 5)
+    assert resp.status == 200
+    assert await resp.json() == {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow",
+            "permissionDecisionReason": "Approved by <@U1>",
+        }
+    }
+
+
+async def test_hook_denial_carries_the_reason(ctx: BotContext, client: Client) -> None:
+    call = asyncio.create_task(client.post("/hooks/claude-code", json=hook_body(), headers=AUTH))
+    request_id = await pending_id(ctx)
+    await ctx.service.decide(request_id, "deny", Actor("U2"), reason="not during the freeze")
+    resp = await asyncio.wait_for(call, 5)
+    assert await resp.json() == {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": "Denied by <@U2>: not during the freeze",
+        }
+    }
+
+
+async def test_hook_approval_input_reaches_claude(ctx: BotContext, client: Client) -> None:
+    call = asyncio.create_task(client.post("/hooks/claude-code", json=hook_body(), headers=AUTH))
+    request_id = await pending_id(ctx)
+    await ctx.service.decide(request_id, "approve", Actor("U1"), input="staging workspace only")
+    out = await (await asyncio.wait_for(call, 5)).json()
+    text = "Approved by <@U1>: staging workspace only"
+    assert out == {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow",
+            "permissionDecisionReason": text,
+            "additionalContext": text,
+        }
+    }
+
+
+async def test_hook_timeout_gives_the_configured_outcome_in_time(
+    ctx: BotContext, client: Client
+) -> None:
+    started = time.monotonic()
+    resp = await client.post("/hooks/claude-code?timeout=1", json=hook_body(), headers=AUTH)
+    elapsed = time.monotonic() - started
+    out = await resp.json()
+    assert elapsed < 1.0
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "No approval decision within" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
+    assert (await ctx.store.get(created.request_id)).status == "cancelled"
+
+    started = time.monotonic()
+    resp = await client.post(
+        "/hooks/claude-code?timeout=1&on_timeout=ask",
+        json=hook_body(tool_use_id="toolu_02"),
+        headers=AUTH,
+    )
+    assert time.monotonic() - started < 1.0
+    assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "ask"
+
+
+async def test_permission_request_shapes(ctx: BotContext, client: Client) -> None:
+    call = asyncio.create_task(
+        client.post("/hooks/claude-code", json=hook_body("PermissionRequest"), headers=AUTH)
+    )
+    request_id = await pending_id(ctx)
+    await ctx.service.decide(request_id, "deny", Actor("U3"), reason="use plan mode")
+    resp = await asyncio.wait_for(call, 5)
+    assert await resp.json() == {
+        "hookSpecificOutput": {
+            "hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": "Denied by <@U3>: use plan mode"},
+        }
+    }
+
+    call = asyncio.create_task(
+        client.post("/hooks/claude-code", json=hook_body("PermissionRequest"), headers=AUTH)
+    )
+    request_id = await pending_id(ctx)
+    await ctx.service.decide(request_id, "approve", Actor("U3"))
+    resp = await asyncio.wait_for(call, 5)
+    assert await resp.json() == {
+        "hookSpecificOutput": {
+            "hookEventName": "PermissionRequest",
+            "decision": {"behavior": "allow"},
+        }
+    }
+
+    # on_timeout=ask on PermissionRequest: no decision, an empty 2xx, Claude asks its user
+    resp = await client.post(
+        "/hooks/claude-code?timeout=1&on_timeout=ask",
+        json=hook_body("PermissionRequest"),
+        headers=AUTH,
+    )
+    assert resp.status == 204
+    assert await resp.read() == b""
+
+
+async def test_hook_rejects_bad_input_and_parameters(client: Client) -> None:
+    resp = await client.post("/hooks/claude-code", json=hook_body(tool_input=["ls"]), headers=AUTH)
+    error = await error_of(resp, 422)
+    assert [d["loc"] for d in error["details"]] == [["tool_input"]]
+    for query in ("timeout=0", "timeout=abc", "on_timeout=allow"):
+        resp = await client.post(f"/hooks/claude-code?{query}", json=hook_body(), headers=AUTH)
+        assert (await error_of(resp, 422))["code"] == "invalid_request", query
+
+
+async def test_openapi_document_describes_the_routes(client: Client) -> None:
+    resp = await client.get("/openapi.json")
+    doc = await resp.json()
+    assert doc["openapi"].startswith("3.")
+    assert set(doc["paths"]) == {
+        "/v1/approvals",
+        "/v1/approvals/{id}",
+        "/v1/approvals/{id}/cancel",
+        "/hooks/claude-code",
+        "/openapi.json",
+    }
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["ApprovalObject"]["required"]) == set(ApprovalObject.model_fields)
+    assert schemas["CreateApproval"]["additionalProperties"] is False
+    assert "#/components/schemas/ErrorResponse" in str(doc["paths"]["/v1/approvals"])
