@@ -1,0 +1,412 @@
+"""`approval-bot` in-process: pending/show/approve/deny/audit on real Redis, request and the
+agent hooks (decided concurrently through the service), exit codes, configuration errors."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.service import Actor, ApprovalService
+from bot import api
+from bot.cli import build_parser, duration, main
+from bot.context import BotContext
+from config.settings import VARIABLES
+
+REVIEWER = Actor("U0REVIEWER", via="slack")
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, ctx: BotContext) -> Iterator[None]:
+    """The CLI's environment: the test Redis and this test's key prefix, nothing else."""
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("APPROVALS_PREFIX", ctx.keys.prefix)
+    monkeypatch.setenv("APPROVALS_DEFAULT_CHANNEL", "C0APPROVALS")
+    yield
+
+
+@pytest.fixture
+async def api_url(ctx: BotContext) -> AsyncIterator[str]:
+    app = web.Application(middlewares=[api.error_middleware])
+    api.add_routes(app, ctx)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+async def submit(
+    ctx: BotContext, tool: str, arguments: dict[str, Any] | None = None, **config: Any
+) -> ApprovalRequest:
+    event = ApprovalEvent(tool_name=tool, arguments=arguments or {}, session_id="s-1")
+    return await ctx.service.submit(event, ApprovalConfig(**config))
+
+
+async def decide_next(
+    service: ApprovalService, tool: str, outcome: str = "approve", **kwargs: Any
+) -> ApprovalRequest:
+    """Wait for a pending request for `tool`, then decide it as a Slack reviewer."""
+    async with asyncio.timeout(20):
+        while True:
+            found = [r for r in await service.store.list_pending() if r.event.tool_name == tool]
+            if found:
+                break
+            await asyncio.sleep(0.02)
+    result = await service.decide(found[0].id, outcome, REVIEWER, **kwargs)  # type: ignore[arg-type]
+    assert result.status == "decided"
+    return result.request
+
+
+async def cli(*argv: str) -> int:
+    """Run `main` on a worker thread (it runs its own event loop), as a shell would."""
+    return await asyncio.to_thread(main, list(argv))
+
+
+# -- pending / show ----------------------------------------------------------------------------
+
+
+async def test_pending_lists_a_table_and_json_lines(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await cli("pending") == 0
+    assert capsys.readouterr().out == "no pending approval requests\n"
+    first = await submit(ctx, "deploy", {"env": "prod"})
+    second = await submit(ctx, "drop_table", {"name": "users"}, deadline_seconds=600)
+    assert await cli("pending") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["ID", "AGE", "TOOL", "ROUTE", "CHANNEL", "VOTES", "DEADLINE"]
+    assert lines[1].split()[:6] == [first.id, "0s", "deploy", "default", "C0APPROVALS", "0/1"]
+    assert lines[1].split()[6:] == ["in", "23h"]
+    assert lines[2].split()[2:] == ["drop_table", "default", "C0APPROVALS", "0/1", "in", "9m"]
+    assert await cli("pending", "--json") == 0
+    objects = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o["id"] for o in objects] == [first.id, second.id]
+    assert objects[0]["arguments"] == {"env": "prod"}
+
+
+async def test_show_text_masks_secrets_and_json_is_the_approval_object(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = await submit(
+        ctx,
+        "login",
+        {"user": "ann", "password": "hunter22"},
+        kind="choice",
+        options=("read", "write"),
+    )
+    assert await cli("show", request.id) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{request.id}  pending\n")
+    assert "tool:       login (tool)" in text
+    assert "kind:       choice [read, write], sensitivity low" in text
+    assert '"user": "ann"' in text and "hunter22" not in text and "••••••" in text
+    assert "route:      default → C0APPROVALS" in text
+    assert "reviewers:  anyone (quorum 1)" in text
+    assert await cli("show", request.id, "--json") == 0
+    assert json.loads(capsys.readouterr().out) == request.public()
+
+
+async def test_show_unknown_id(cli_env: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert await cli("show", "apr_nope") == 1
+    assert "no approval request with id 'apr_nope'" in capsys.readouterr().err
+
+
+# -- approve / deny ------------------------------------------------------------------------------
+
+
+async def test_approve_goes_through_the_cas_is_audited_and_queues_the_slack_update(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = await submit(ctx, "deploy", kind="input")
+    assert await cli("approve", request.id, "--input", "v2 only", "--as", "alice") == 0
+    assert capsys.readouterr().out == f"{request.id} approved by cli:alice (input: v2 only)\n"
+    stored = await ctx.store.get(request.id)
+    assert stored.status == "approved" and stored.decision is not None
+    assert (stored.decision.decided_by, stored.decision.via, stored.decision.input) == (
+        "cli:alice",
+        "cli",
+        "v2 only",
+    )
+    audit = [e for e in await ctx.store.audit_entries(request_id=request.id)]
+    assert [(e.event, e.by, e.via) for e in audit][-1] == ("approved", "cli:alice", "cli")
+    outbox = await ctx.redis.xrange(ctx.keys.outbox)
+    assert (outbox[-1][1]["op"], outbox[-1][1]["id"]) == ("update", request.id)
+    # A second decision loses the compare-and-set and says who won.
+    assert await cli("deny", request.id, "--reason", "late", "--as", "bob") == 1
+    assert f"{request.id} is already approved by cli:alice" in capsys.readouterr().err
+    assert (await ctx.store.get(request.id)).status == "approved"
+
+
+async def test_deny_with_reason_and_default_operator_name(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LOGNAME", "carol")
+    request = await submit(ctx, "rotate_keys")
+    assert await cli("deny", request.id, "--reason", "not today") == 0
+    assert capsys.readouterr().out == f"{request.id} denied by cli:carol: not today\n"
+    decision = (await ctx.store.get(request.id)).decision
+    assert decision is not None and (decision.reason, decision.via) == ("not today", "cli")
+
+
+async def test_approve_checks_the_answer_and_the_id(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    choice = await submit(ctx, "pick", kind="choice", options=("a", "b"))
+    assert await cli("approve", choice.id, "--as", "x") == 2
+    assert "choose one of: a, b" in capsys.readouterr().err
+    assert await cli("approve", choice.id, "--selection", "b", "--as", "x") == 0
+    assert "approved by cli:x (selection: b)" in capsys.readouterr().out
+    plain = await submit(ctx, "plain", allow_for_session=True)
+    assert await cli("approve", plain.id, "--for-session", "--as", "x") == 0
+    assert await ctx.store.get_grant("s-1", "plain") is not None
+    assert await cli("approve", "apr_missing", "--as", "x") == 1
+    assert "no approval request with id 'apr_missing'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["deny", choice.id])  # --reason is required
+    assert exit_info.value.code == 2
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+async def test_audit_exports_json_lines_and_a_table(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = await submit(ctx, "deploy")
+    assert await cli("deny", request.id, "--reason", "freeze", "--as", "dan") == 0
+    capsys.readouterr()
+    assert await cli("audit", "--json", "--since", "1h") == 0
+    entries = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(e["id"], e["event"]) for e in entries] == [
+        (request.id, "created"),
+        (request.id, "denied"),
+    ]
+    assert (entries[1]["by"], entries[1]["via"], entries[1]["reason"]) == (
+        "cli:dan",
+        "cli",
+        "freeze",
+    )
+    assert await cli("audit", "--since", "2999-01-01T00:00:00") == 0
+    assert capsys.readouterr().out == "no audit entries\n"
+    assert await cli("audit", "--id", request.id) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["AT", "ID", "EVENT", "BY", "VIA", "REASON"]
+    assert table[2].split()[1:] == [request.id, "denied", "cli:dan", "cli", "freeze"]
+
+
+def test_durations() -> None:
+    assert [duration(t) for t in ("90", "30s", "15m", "2h", "1d", "0.5")] == [
+        90,
+        30,
+        900,
+        7200,
+        86400,
+        0.5,
+    ]
+    args = build_parser().parse_args(["hook", "codex", "--timeout", "2m"])
+    assert (args.dialect, args.timeout, args.on_timeout) == ("codex", 120, "deny")
+    for bad in ("0", "-5", "soon"):
+        with pytest.raises(SystemExit) as exit_info:
+            build_parser().parse_args(["hook", "claude-code", "--timeout", bad])
+        assert exit_info.value.code == 2
+
+
+# -- request ------------------------------------------------------------------------------------
+
+
+async def test_request_exit_codes(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = asyncio.create_task(
+        cli(
+            "request",
+            "--tool",
+            "sh_deploy",
+            "--args",
+            '{"env": "qa"}',
+            "--kind",
+            "input",
+            "--wait",
+            "20",
+        )
+    )
+    decided = await decide_next(ctx.service, "sh_deploy", input="ok")
+    assert await run == 0
+    assert capsys.readouterr().out == f"{decided.id} approved by U0REVIEWER (input: ok)\n"
+    assert decided.event.arguments == {"env": "qa"} and decided.event.agent == "cli"
+
+    run = asyncio.create_task(cli("request", "--tool", "sh_drop", "--json"))
+    await decide_next(ctx.service, "sh_drop", "deny", reason="nope")
+    assert await run == 1
+    body = json.loads(capsys.readouterr().out)
+    assert (body["status"], body["reason"]) == ("denied", "nope")
+
+    assert await cli("request", "--tool", "sh_slow", "--wait", "0.3") == 2
+    assert "timeout: no decision" in capsys.readouterr().err
+    assert await cli("request", "--tool", "x", "--args", "[1]") == 2
+    assert "--args must be a JSON object" in capsys.readouterr().err
+    assert await cli("request", "--tool", "x", "--kind", "choice") == 2
+    assert "needs a non-empty 'options'" in capsys.readouterr().err
+
+
+async def test_request_over_http(
+    cli_env: None,
+    ctx: BotContext,
+    api_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("APPROVALS_URL", api_url)
+    monkeypatch.setenv("APPROVALS_TOKEN", "test-token")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # must not be used
+    run = asyncio.create_task(cli("request", "--tool", "http_tool", "--args", '{"a": 1}'))
+    decided = await decide_next(ctx.service, "http_tool")
+    assert await run == 0
+    assert capsys.readouterr().out == f"{decided.id} approved by U0REVIEWER\n"
+
+
+# -- hooks --------------------------------------------------------------------------------------
+
+
+def hook_input(event: str = "PreToolUse", tool: str = "Bash", **extra: Any) -> str:
+    payload = {
+        "session_id": "sess-9",
+        "cwd": "/repo",
+        "hook_event_name": event,
+        "tool_name": tool,
+        "tool_input": {"command": "make deploy"},
+        "permission_mode": "default",
+        **extra,
+    }
+    if event == "PreToolUse":
+        payload.setdefault("tool_use_id", f"toolu_{tool}_{event}")
+    return json.dumps(payload)
+
+
+async def test_claude_code_hook_approve_and_deny(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input()))
+    run = asyncio.create_task(cli("hook", "claude-code", "--timeout", "30"))
+    request = await decide_next(ctx.service, "Bash")
+    assert await run == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
+    assert out["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert (request.event.kind, request.event.command, request.event.agent) == (
+        "command",
+        "make deploy",
+        "claude-code",
+    )
+    assert request.config.deadline_seconds == 30
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_2")))
+    run = asyncio.create_task(cli("hook", "claude-code"))
+    await decide_next(ctx.service, "Bash", "deny", reason="use the staging target")
+    assert await run == 0
+    out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny"
+    assert "use the staging target" in out["permissionDecisionReason"]
+
+
+async def test_claude_code_hook_answers_before_its_timeout(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loop = asyncio.get_running_loop()
+    for on_timeout, expected in (("deny", "deny"), ("ask", "ask")):
+        monkeypatch.setattr(
+            "sys.stdin", io.StringIO(hook_input(tool_use_id=f"toolu_t_{on_timeout}"))
+        )
+        # The module's start time is long past: measure from now via a fresh budget.
+        monkeypatch.setattr("bot.cli._STARTED", time.monotonic())
+        started = loop.time()
+        assert await cli("hook", "claude-code", "--timeout", "2", "--on-timeout", on_timeout) == 0
+        assert loop.time() - started < 2.0
+        out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+        assert out["permissionDecision"] == expected
+    assert await ctx.store.list_pending() == []  # both withdrawn
+
+
+async def test_codex_hook_pre_tool_use_and_permission_request(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input()))
+    run = asyncio.create_task(cli("hook", "codex"))
+    await decide_next(ctx.service, "Bash")
+    assert await run == 0
+    assert capsys.readouterr().out == ""  # Codex: no output lets the call run
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input("PermissionRequest")))
+    run = asyncio.create_task(cli("hook", "codex"))
+    await decide_next(ctx.service, "Bash", "deny", reason="no network")
+    assert await run == 0
+    decision = json.loads(capsys.readouterr().out)["hookSpecificOutput"]["decision"]
+    assert decision["behavior"] == "deny" and "no network" in decision["message"]
+
+
+async def test_hook_bad_input_exits_2_with_a_clear_error(
+    cli_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
+    assert await cli("hook", "claude-code") == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "invalid hook input: stdin is not JSON" in captured.err
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"tool_name": "Bash"})))
+    assert await cli("hook", "codex") == 2
+    assert "hook_event_name" in capsys.readouterr().err
+
+
+# -- configuration and connection problems --------------------------------------------------------
+
+
+async def test_unreachable_redis_says_so(
+    cli_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    assert await cli("pending") == 2
+    err = capsys.readouterr().err
+    assert "cannot reach Redis at redis://127.0.0.1:1/0 (REDIS_URL)" in err
+    assert "need direct access to the bot's Redis" in err
+
+
+def test_serve_reports_settings_errors_and_runs_the_app(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PORT", "not-a-port")
+    assert main(["serve"]) == 2
+    assert "PORT: must be an integer" in capsys.readouterr().err
+    monkeypatch.setenv("PORT", "3123")
+    seen: list[Any] = []
+
+    async def fake_serve(settings: Any) -> None:
+        seen.append(settings)
+
+    monkeypatch.setattr("bot.app.serve", fake_serve)
+    assert main(["serve"]) == 0
+    assert seen[0].port == 3123
