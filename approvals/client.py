@@ -21,7 +21,6 @@ import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
@@ -55,6 +54,7 @@ from approvals.models import (
     normalize_config,
 )
 from approvals.policy import Policy
+from approvals.policy_file import build_policy
 from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
@@ -68,8 +68,6 @@ T = TypeVar("T")
 
 #: Longest single long-poll over HTTP (below common proxy idle timeouts of 60 s).
 MAX_POLL_SECONDS = 55.0
-#: Channel of the default route when no channel is configured (as `bot.app` does).
-UNROUTED_CHANNEL = "C0UNROUTED"
 #: How long past a request's deadline a waiting gate keeps waiting for the bot to expire it.
 DEADLINE_GRACE_SECONDS = 30.0
 
@@ -568,21 +566,6 @@ class ThreadedTransport:
             self._loop.close()
 
 
-def build_policy(
-    policy_file: str | Path | None,
-    default_channel: str | None = None,
-    reviewers: tuple[str, ...] = (),
-) -> Policy:
-    """The policy a bot with these settings uses: the file, else ask all on the default route."""
-    if policy_file:
-        from approvals.policy_file import load_policy
-
-        return load_policy(
-            policy_file, default_channel=default_channel, default_reviewers=reviewers
-        )
-    return Policy.default(default_channel or UNROUTED_CHANNEL, reviewers)
-
-
 def transport_factory(env: Mapping[str, str] | None = None) -> Callable[[], Transport]:
     """A factory for the transport the environment names; see `ApprovalClient.from_env`."""
     source: Mapping[str, str] = os.environ if env is None else env
@@ -830,6 +813,5 @@ __all__ = [
     "ThreadedTransport",
     "Transport",
     "already_decided",
-    "build_policy",
     "transport_factory",
 ]

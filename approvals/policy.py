@@ -44,6 +44,10 @@ Action = Literal["allow", "deny", "ask"]
 OnTimeout = Literal["deny", "approve", "escalate"]
 
 DEFAULT_ROUTE = "default"
+#: The default route's channel when none is configured (no APPROVALS_DEFAULT_CHANNEL).
+#: Requests routed there are not posted to Slack: the bot ends them with an error naming
+#: the setting, or, with Slack off, they wait for a decision from the CLI or the API.
+UNROUTED_CHANNEL = "C0UNROUTED"
 MAX_QUORUM = 20
 _LEVEL: dict[str, int] = {"low": 0, "pii": 1, "secret": 2}
 _STRICTEST_FIRST: tuple[Sensitivity, ...] = ("secret", "pii", "low")

@@ -19,7 +19,15 @@ import yaml
 from pydantic import ValidationError
 
 from approvals.errors import InvalidRequest
-from approvals.policy import DEFAULT_ROUTE, Match, Policy, PolicyDefaults, Route, Rule
+from approvals.policy import (
+    DEFAULT_ROUTE,
+    UNROUTED_CHANNEL,
+    Match,
+    Policy,
+    PolicyDefaults,
+    Route,
+    Rule,
+)
 
 log = logging.getLogger(__name__)
 
@@ -252,3 +260,16 @@ def read_policy_data(path: str | Path) -> dict[str, Any]:
             [f"{source}: the top level must be a mapping (routes, rules, …), not {kind}"]
         )
     return data
+
+
+def build_policy(
+    policy_file: str | Path | None,
+    default_channel: str | None = None,
+    reviewers: Sequence[str] = (),
+) -> Policy:
+    """The policy a bot with these settings uses: the file (its `default` route made from
+    the start-up defaults when it has none), else ask everything on the default route."""
+    channel = default_channel or UNROUTED_CHANNEL
+    if policy_file:
+        return load_policy(policy_file, default_channel=channel, default_reviewers=reviewers)
+    return Policy.default(channel, reviewers)

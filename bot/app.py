@@ -27,12 +27,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from approvals.connection import connect
 from approvals.keys import Keys
 from approvals.policy import Policy
-from approvals.policy_file import PolicyError, load_policy
+from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
 from bot import api, embedded_redis, listeners
-from bot.context import UNROUTED_CHANNEL, BotContext
+from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
 from bot.sweeper import Sweeper
@@ -65,15 +65,9 @@ class BotConfig:
         return bool(self.slack_bot_token)
 
 
-def build_policy(config: BotConfig) -> Policy:
+def policy_for(config: BotConfig) -> Policy:
     """The policy file if one is configured, else ask everything on the default route."""
-    if config.policy_file is not None:
-        return load_policy(
-            config.policy_file,
-            default_channel=config.default_channel or UNROUTED_CHANNEL,
-            default_reviewers=config.reviewers,
-        )
-    return Policy.default(config.default_channel or UNROUTED_CHANNEL, config.reviewers)
+    return build_policy(config.policy_file, config.default_channel, config.reviewers)
 
 
 class Bot:
@@ -81,7 +75,7 @@ class Bot:
 
     def __init__(self, config: BotConfig, policy: Policy | None = None) -> None:
         self.config = config
-        self.policy = policy or build_policy(config)
+        self.policy = policy or policy_for(config)
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
         self.web: web.Application | None = None
@@ -182,7 +176,7 @@ class Bot:
     def reload_policy(self) -> bool:
         """Re-read the policy file; a bad file keeps the old policy and logs why."""
         try:
-            policy = build_policy(self.config)
+            policy = policy_for(self.config)
         except PolicyError as e:
             log.error("policy reload failed; keeping the old policy\n%s", e.message)
             return False

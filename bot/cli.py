@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from approvals.agent_hooks import hook_metadata, parse_hook_input, run_hook, time_budget
@@ -32,7 +33,6 @@ from approvals.client import (
     HttpTransport,
     RedisTransport,
     already_decided,
-    build_policy,
 )
 from approvals.connection import connect
 from approvals.errors import (
@@ -47,6 +47,7 @@ from approvals.errors import (
 from approvals.keys import Keys
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.policy import Policy
+from approvals.policy_file import PolicyError, build_policy
 from approvals.service import Actor, ApprovalService
 from approvals.store import ApprovalStore
 from config.settings import Settings, SettingsError, load_settings
@@ -150,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channel")
     p.add_argument("--wait", type=duration, help="seconds to wait (default: until decided)")
     p.add_argument("--json", action="store_true", help="print the approval object")
+
+    p = sub.add_parser("policy", help="policy files")
+    checks = p.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    c = checks.add_parser("check", help="validate a policy file and print what it holds")
+    c.add_argument("file", type=Path)
 
     p = sub.add_parser("hook", help="agent hooks: the hook JSON on stdin, the answer on stdout")
     hooks = p.add_subparsers(dest="dialect", required=True, metavar="AGENT")
@@ -509,6 +515,28 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         await store.redis.aclose()
 
 
+def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
+    """`policy check FILE`: exit 0 and a summary when valid, 1 and every problem when not."""
+    try:
+        policy = build_policy(
+            path, settings.approvals_default_channel, tuple(settings.approvals_reviewers)
+        )
+    except PolicyError as e:
+        print(e.message, file=sys.stderr)
+        return 1
+    print(f"{path}: ok — {len(policy.routes)} routes, {len(policy.rules)} rules", file=out)
+    for name, route in policy.routes.items():
+        reviewers = ", ".join(route.reviewers) or "anyone"
+        print(
+            f"  route {name}: channel {route.channel}, quorum {route.quorum}, "
+            f"on_timeout {route.on_timeout}, reviewers {reviewers}",
+            file=out,
+        )
+    for rule in policy.rules:
+        print(f"  rule {rule.name}: {rule.action}", file=out)
+    return 0
+
+
 def serve(settings: Settings) -> int:
     from bot.app import serve as serve_bot
 
@@ -530,6 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "serve":
         return serve(settings)
+    if args.command == "policy":
+        return check_policy(args.file, settings, sys.stdout)
     configure_logging("WARNING")
     try:
         return asyncio.run(run(args, settings, sys.stdout))

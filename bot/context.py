@@ -12,11 +12,6 @@ from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
 
-#: The default route's channel when APPROVALS_DEFAULT_CHANNEL is not set. Requests routed
-#: there are not posted (the dispatcher ends them with an error naming the setting); with
-#: Slack off they wait for a decision from the CLI or the API.
-UNROUTED_CHANNEL = "C0UNROUTED"
-
 
 @dataclass
 class BotContext:

@@ -23,8 +23,9 @@ from slack_sdk.errors import SlackApiError
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.outbox import Outbox, OutboxEntry
+from approvals.policy import UNROUTED_CHANNEL
 from bot import blocks
-from bot.context import UNROUTED_CHANNEL, BotContext
+from bot.context import BotContext
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,8 @@ class Dispatcher:
             )
             return
         message = blocks.request_message(request)
-        lock = self.ctx.keys.lock(f"post:{request.id}")
+        # One lock per route the request is posted on: an escalation posts it again.
+        lock = self.ctx.keys.lock(f"post:{request.id}:{request.escalations}")
         if not await self.ctx.redis.set(lock, self.outbox.consumer, nx=True, ex=POST_LOCK_SECONDS):
             raise _Busy()
         try:
@@ -290,6 +292,9 @@ class Dispatcher:
         if route is None or not route.dm_reviewers or request.message is None:
             return
         link = f"<#{request.message.channel}>"
+        # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
+        # prompt, which holds the arguments as the agent sent them.
+        summary = blocks.request_message(request)["text"]
         for user in (r for r in request.reviewers if r[:1] in ("U", "W")):
             try:
                 opened = await self._call(user, "conversations_open", users=user)
@@ -299,7 +304,7 @@ class Dispatcher:
                     "chat_postMessage",
                     channel=dm,
                     paced=True,
-                    text=f"Your review is needed in {link}: {request.prompt[:300]}",
+                    text=f"Your review is needed in {link}. {summary}",
                 )
             except _Permanent as e:
                 log.warning("could not DM reviewer user=%s error=%s", user, e.error)

@@ -8,6 +8,7 @@ import io
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from bot.context import BotContext
 from config.settings import VARIABLES
 
 REVIEWER = Actor("U0REVIEWER", via="slack")
+EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.example.yaml"
 
 
 @pytest.fixture
@@ -410,3 +412,20 @@ def test_serve_reports_settings_errors_and_runs_the_app(
     monkeypatch.setattr("bot.app.serve", fake_serve)
     assert main(["serve"]) == 0
     assert seen[0].port == 3123
+
+
+async def test_policy_check_accepts_the_example_and_names_every_problem(
+    cli_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = EXAMPLE_POLICY
+    assert main(["policy", "check", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and "route default" in out and "rule " in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "routes:\n  ops:\n    channel: C0OPS\n    quorum: zero\n"
+        "rules:\n  - name: r1\n    action: ask\n    route: nowhere\n"
+    )
+    assert main(["policy", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "routes.ops.quorum" in err
