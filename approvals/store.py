@@ -152,8 +152,11 @@ class ApprovalStore:
     # -- create ----------------------------------------------------------------
 
     @_guard
-    async def create(self, request: ApprovalRequest) -> CreateResult:
-        """Store a new pending request and queue its Slack post.
+    async def create(
+        self, request: ApprovalRequest, *, decision: Decision | None = None
+    ) -> CreateResult:
+        """Store a new pending request and queue its Slack post — or, with `decision`, store
+        it already decided (a policy rule, a session grant): audited, never posted.
 
         Idempotent on `event.call_id`: a second create with the same call id
         returns the first request and writes nothing."""
@@ -193,9 +196,18 @@ class ApprovalStore:
                 OUTBOX_MAXLEN,
                 request.quorum,
                 json.dumps(list(request.reviewers)),
+                _STATUS_FOR_OUTCOME[decision.outcome] if decision else "",
+                decision.model_dump_json() if decision else "",
+                decision.decided_by or "" if decision else "",
+                decision.via if decision else "",
+                decision.reason or "" if decision else "",
             ],
         )
         created, request_id = int(result[0]), str(result[1])
+        if created and decision is not None:
+            request = request.model_copy(
+                update={"status": _STATUS_FOR_OUTCOME[decision.outcome], "decision": decision}
+            )
         if created:
             log.info(
                 "request created id=%s tool=%s route=%s",
@@ -210,7 +222,7 @@ class ApprovalStore:
             # The call-id marker outlived its (expired) request: forget it and create anew.
             assert call_id is not None
             await self.redis.delete(self.keys.call(call_id))
-            return await self.create(request)
+            return await self.create(request, decision=decision)
         log.info("request reused id=%s call_id=%s", request_id, call_id)
         return CreateResult(existing, False)
 

@@ -1,15 +1,19 @@
--- create: write a new pending request, unless its call_id already made one.
+-- create: write a new request, unless its call_id already made one. A request decided at
+-- creation (a policy allow/deny, a session grant) is written terminal: never queued for Slack.
 -- KEYS[1] request hash    KEYS[2] call-id key (or the request key when there is no call_id)
 -- KEYS[3] pending zset    KEYS[4] deadlines zset   KEYS[5] outbox stream   KEYS[6] audit stream
 -- ARGV[1] request id      ARGV[2] request JSON     ARGV[3] created (epoch s)
 -- ARGV[4] deadline (epoch s)   ARGV[5] request TTL (s)   ARGV[6] index/stream TTL (s)
 -- ARGV[7] has call_id (1/0)    ARGV[8] route   ARGV[9] channel   ARGV[10] actor
 -- ARGV[11] outbox max length   ARGV[12] quorum   ARGV[13] reviewers JSON
+-- ARGV[14] terminal status ('' = pending)   ARGV[15] decision JSON   ARGV[16] decided by
+-- ARGV[17] via   ARGV[18] reason
 -- Returns {1, id} when created, {0, existing id} when the call_id was seen before.
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
   if existing then return {0, existing} end
 end
+local decided = ARGV[14] ~= ''
 redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[8],
   'channel', ARGV[9], 'deadline', ARGV[4], 'escalations', '0', 'quorum', ARGV[12],
   'reviewers', ARGV[13])
@@ -17,13 +21,20 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[5])
 end
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'created',
+  'status', 'pending', 'by', ARGV[10], 'via', 'create', 'at', ARGV[3], 'route', ARGV[8])
+redis.call('EXPIRE', KEYS[6], ARGV[6])
+if decided then
+  redis.call('HSET', KEYS[1], 'status', ARGV[14], 'decision', ARGV[15])
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', ARGV[14],
+    'status', ARGV[14], 'by', ARGV[16], 'via', ARGV[17], 'at', ARGV[3], 'reason', ARGV[18],
+    'route', ARGV[8])
+  return {1, ARGV[1]}
+end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[6])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1])
 redis.call('EXPIRE', KEYS[5], ARGV[6])
-redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'created',
-  'status', 'pending', 'by', ARGV[10], 'via', 'create', 'at', ARGV[3], 'route', ARGV[8])
-redis.call('EXPIRE', KEYS[6], ARGV[6])
 return {1, ARGV[1]}

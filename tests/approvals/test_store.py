@@ -269,3 +269,19 @@ async def test_escalate_moves_route_and_resets_deadline(
     ), "stale deadline: no second move"
     ops = [f["op"] for _, f in await redis.xrange(keys.outbox)]
     assert ops[-2:] == ["escalated", "post"]
+
+
+async def test_create_already_decided_is_audited_and_never_queued(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    verdict = Decision.deny("blocked by rule no-prod", by="policy:no-prod", via="policy")
+    result = await store.create(make_request(call_id="p1"), decision=verdict)
+    assert result.created and result.request.status == "denied"
+    stored = await store.get(result.request.id)
+    assert stored.status == "denied" and stored.decision == verdict
+    assert await redis.xrange(keys.outbox) == [], "nothing for Slack"
+    assert await store.list_pending() == [] and await store.due(now=None) == []
+    events = [(e.event, e.by, e.reason) for e in await store.audit_entries()]
+    assert events == [("created", "", ""), ("denied", "policy:no-prod", "blocked by rule no-prod")]
+    again = await store.create(make_request(call_id="p1"), decision=verdict)
+    assert not again.created and again.request.id == result.request.id
