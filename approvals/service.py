@@ -112,6 +112,9 @@ class ApprovalService:
             metadata=metadata or {},
             deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
         )
+        # Look the grant up before creating: the create queues a Slack post, and the decision
+        # must follow it at once so the dispatcher finds the request decided and skips it.
+        grant = await self._grant_for(event) if decision.action == "ask" else None
         created = await self.store.create(request)
         request = created.request
         if not created.created or not request.is_pending:
@@ -128,7 +131,6 @@ class ApprovalService:
                 )
             )
             return CreateResult((await self.store.resolve(request.id, verdict)).request, True)
-        grant = await self._grant_for(event)
         if grant is not None:
             by = grant.get("decided_by") or "unknown"
             verdict = Decision.approve(by=by, via="grant", for_session=True)
