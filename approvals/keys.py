@@ -7,6 +7,7 @@ keys then share one slot and every Lua script stays legal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 #: How long a decided request (and its audit trail) is kept: 30 days.
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
@@ -55,8 +56,9 @@ class Keys:
         return f"{self.prefix}:decided"
 
     def grant(self, session_id: str, tool_name: str) -> str:
-        """String: an approve-for-session grant for (session, tool)."""
-        return f"{self.prefix}:grant:{session_id}:{tool_name}"
+        """String: an approve-for-session grant for (session, tool). Both parts are quoted so
+        no (session, tool) pair can spell another's key."""
+        return f"{self.prefix}:grant:{quote(session_id, safe='')}:{quote(tool_name, safe='')}"
 
     def usergroup(self, group_id: str) -> str:
         """Set: cached members of a Slack user group."""

@@ -112,13 +112,9 @@ class ApprovalService:
             metadata=metadata or {},
             deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
         )
-        # Look the grant up before creating: the create queues a Slack post, and the decision
-        # must follow it at once so the dispatcher finds the request decided and skips it.
-        grant = await self._grant_for(event) if decision.action == "ask" else None
-        created = await self.store.create(request)
-        request = created.request
-        if not created.created or not request.is_pending:
-            return created
+        # A policy allow/deny or a session grant decides at creation, in the same Lua
+        # script: such a request is audited but never queued for Slack.
+        verdict: Decision | None = None
         if decision.action in ("allow", "deny"):
             rule = ",".join(decision.winners) or "policy"
             verdict = (
@@ -130,15 +126,15 @@ class ApprovalService:
                     via="policy",
                 )
             )
-            return CreateResult((await self.store.resolve(request.id, verdict)).request, True)
-        if grant is not None:
-            by = grant.get("decided_by") or "unknown"
-            verdict = Decision.approve(by=by, via="grant", for_session=True)
-            verdict = verdict.model_copy(
-                update={"reason": f"session grant from request {grant.get('request_id')}"}
-            )
-            return CreateResult((await self.store.resolve(request.id, verdict)).request, True)
-        return created
+        else:
+            grant = await self._grant_for(event)
+            if grant is not None and grant.get("route", request.route) == request.route:
+                verdict = Decision.approve(
+                    by=grant.get("decided_by") or "unknown", via="grant", for_session=True
+                ).model_copy(
+                    update={"reason": f"session grant from request {grant.get('request_id')}"}
+                )
+        return await self.store.create(request, decision=verdict)
 
     async def _grant_for(self, event: ApprovalEvent) -> dict[str, Any] | None:
         if not event.session_id:

@@ -489,9 +489,11 @@ class ApprovalStore:
     async def put_grant(
         self, session_id: str, tool_name: str, request: ApprovalRequest, ttl_seconds: int
     ) -> None:
-        """Remember an approve-for-session decision for (session, tool)."""
+        """Remember an approve-for-session decision for (session, tool). It applies only to
+        later calls routed like this one (a grant on a lax route never skips a stricter one)."""
         grant = {
             "request_id": request.id,
+            "route": request.route,
             "decided_by": request.decision.decided_by if request.decision else None,
             "granted_at": ts(self.now()),
         }

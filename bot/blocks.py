@@ -470,7 +470,8 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
         raise ValueError(f"unknown refusal kind {kind!r}")
     d = req.decision
     by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
-    reason = f": {clip_escaped(mask_text(d.reason), 500)}" if d and d.reason else ""
+    hide = _view(req).hide
+    reason = f": {clip_escaped(mask_text(d.reason, hide=hide), 500)}" if d and d.reason else ""
     texts = {
         "approved": f"Already approved{by}.",
         "denied": f"Already denied{by}{reason}.",

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.keys import Keys
-from approvals.models import ApprovalConfig, ApprovalEvent, Sensitivity
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Sensitivity
 from approvals.policy import Policy
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
@@ -323,6 +323,29 @@ async def test_cli_grant_for_session(service: ApprovalService, store: ApprovalSt
     assert later.status == "approved" and later.decision is not None
     assert (later.decision.decided_by, later.decision.via) == ("cli:ops", "grant")
     assert req.id in (later.decision.reason or "")
+
+
+async def test_grant_never_skips_a_stricter_route(
+    service: ApprovalService, store: ApprovalStore, redis: Redis
+) -> None:
+    # Granted on the lax `dbas` route; the same tool with a secret argument goes to `security`.
+    req = await service.submit(event("db_query", session_id="s1"))
+    await service.decide(req.id, "approve", Actor("U0DBA"), for_session=True)
+    same_route = await service.submit(event("db_query", session_id="s1"))
+    assert same_route.status == "approved" and same_route.decision is not None
+    assert same_route.decision.via == "grant"
+    stricter = await service.submit(
+        event("db_query", session_id="s1"), ApprovalConfig(sensitivity="secret")
+    )
+    assert stricter.route == "security" and stricter.status == "pending"
+    assert stricter.quorum == 2
+
+
+async def test_grant_keys_cannot_collide(store: ApprovalStore) -> None:
+    req = (await store.create(ApprovalRequest(event=event("b:c", session_id="a")))).request
+    await store.put_grant("a", "b:c", req, 60)
+    assert await store.get_grant("a", "b:c") is not None
+    assert await store.get_grant("a:b", "c") is None
 
 
 # -- deadlines (a controlled clock, no Slack) ------------------------------------------------

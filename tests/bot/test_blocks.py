@@ -497,6 +497,13 @@ def test_refusal_texts() -> None:
     denied = decided("denied", Decision.deny("nope", by="U2"))
     assert blocks.refusal_text("already_decided", denied) == "Already denied by <@U2>: nope."
     assert "expired" in blocks.refusal_text("already_decided", decided("expired", None))
+    leaky = decided(
+        "denied",
+        Decision.deny("no, hunter2-hunter2 is the prod password", by="U2"),
+        sensitivity="secret",
+        arguments={"db_password_hint": "hunter2-hunter2"},
+    )
+    assert "hunter2-hunter2" not in blocks.refusal_text("already_decided", leaky)
     assert blocks.refusal_text("not_reviewer", done) == (
         "You are not one of the reviewers for this request."
     )
