@@ -295,7 +295,11 @@ class Dispatcher:
         # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
         # prompt, which holds the arguments as the agent sent them.
         summary = blocks.request_message(request)["text"]
-        for user in (r for r in request.reviewers if r[:1] in ("U", "W")):
+        users = [r for r in request.reviewers if r[:1] in ("U", "W")]
+        membership = self.ctx.service.membership
+        for group in (r for r in request.reviewers if r[:1] == "S"):
+            users += sorted(await membership(group)) if membership else []
+        for user in dict.fromkeys(users):  # each reviewer once, in order
             try:
                 opened = await self._call(user, "conversations_open", users=user)
                 dm = opened["channel"]["id"]

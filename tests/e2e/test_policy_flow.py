@@ -471,28 +471,29 @@ async def test_reviewers_get_a_dm_when_the_route_says_so(
         },
         "rules": [{"name": "pager", "action": "ask", "route": "paged", "match": {"tool": "page"}}],
     }
+    slack.add_usergroup("S0ONCALL", ["U0BOB", "U0CAROL"])  # Bob is listed twice: one DM
     bot = await make_bot(policy(data))
     quiet = await submit(bot, "deploy")
     await posted_in(slack, CHANNEL, quiet.id)
     paged = await submit(bot, "page", arguments={"who": "oncall"})
     await posted_in(slack, OPS, paged.id)
-    opened = await slack.wait_for("conversations.open", 2)
-    assert sorted(c.body["users"] for c in opened) == ["U0ALICE", "U0BOB"]
+    opened = await slack.wait_for("conversations.open", 3)
+    assert sorted(c.body["users"] for c in opened) == ["U0ALICE", "U0BOB", "U0CAROL"]
     dm_channels = {str(c.response["channel"]["id"]) for c in opened if c.response}
-    assert all(ch.startswith("D") for ch in dm_channels) and len(dm_channels) == 2
+    assert all(ch.startswith("D") for ch in dm_channels) and len(dm_channels) == 3
     await slack.wait_until(
         lambda: (
             len([c for c in slack.calls_to("chat.postMessage") if c.body["channel"] in dm_channels])
-            == 2
+            == 3
         ),
         3,
-        "two DMs",
+        "three DMs",
     )
     dms = [c for c in slack.calls_to("chat.postMessage") if c.body["channel"] in dm_channels]
     for dm in dms:
         assert dm.ok and f"<#{OPS}>" in dm.body["text"] and "page" in dm.body["text"]
     await asyncio.sleep(0.2)
-    assert len(slack.calls_to("conversations.open")) == 2, "no DM for the quiet route"
+    assert len(slack.calls_to("conversations.open")) == 3, "no DM for the quiet route"
 
 
 # -- reload -------------------------------------------------------------------------------------
