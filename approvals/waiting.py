@@ -44,7 +44,7 @@ class Waiter:
         *,
         store: ApprovalStore | None = None,
         recheck_interval: float = 10.0,
-        batch_size: int = 500,
+        batch_size: int = 100,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -52,6 +52,11 @@ class Waiter:
         self.recheck_interval = recheck_interval
         self.batch_size = batch_size
         self._futures: dict[str, set[asyncio.Future[ApprovalRequest]]] = defaultdict(set)
+        # Three queues, served in this order so a fresh decision never waits behind bulk work:
+        # ids whose decision was just published (read whole, one round trip), ids whose wait
+        # just began, and the bulk re-reads after a resubscribe and on the periodic tick.
+        self._hinted: set[str] = set()
+        self._fresh: set[str] = set()
         self._to_check: set[str] = set()
         self._check_wanted = asyncio.Event()
         self._subscribed = asyncio.Event()
@@ -107,7 +112,8 @@ class Waiter:
             await self.start()
         fut: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
         self._futures[request_id].add(fut)
-        self._request_check([request_id])
+        self._fresh.add(request_id)
+        self._check_wanted.set()
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout)
         except TimeoutError as e:
@@ -129,15 +135,15 @@ class Waiter:
 
     async def _listen(self) -> None:
         assert self._pubsub is not None
-        backoff = 0.1
+        backoff = 0.0  # the first reconnect is immediate, then 0.1 s doubling to 5 s
         while True:
             try:
                 message = await self._pubsub.get_message(timeout=1.0)
-                backoff = 0.1
+                backoff = 0.0
             except _REDIS_ERRORS as e:
                 log.warning("waiter subscription lost error=%r retry_in=%.1fs", e, backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(max(backoff * 2, 0.1), 5.0)
                 continue
             if message is None:
                 continue
@@ -152,7 +158,8 @@ class Waiter:
             elif kind == "message":
                 request_id = message.get("data")
                 if isinstance(request_id, str) and request_id in self._futures:
-                    self._request_check([request_id])
+                    self._hinted.add(request_id)
+                    self._check_wanted.set()
 
     async def _tick(self) -> None:
         while True:
@@ -164,14 +171,16 @@ class Waiter:
         while True:
             await self._check_wanted.wait()
             self._check_wanted.clear()
-            while self._to_check:
-                chunk = list(itertools.islice(self._to_check, self.batch_size))
-                self._to_check.difference_update(chunk)
+            while self._hinted or self._fresh or self._to_check:
+                hinted = bool(self._hinted)
+                queue = self._hinted or self._fresh or self._to_check
+                chunk = list(itertools.islice(queue, self.batch_size))
+                queue.difference_update(chunk)
                 batch = [i for i in chunk if i in self._futures]
                 if not batch:
                     continue
                 try:
-                    await self._check(batch)
+                    await (self._read(batch) if hinted else self._check(batch))
                 except _REDIS_ERRORS as e:
                     log.warning("waiter check failed error=%r ids=%d", e, len(batch))
                     self._to_check.update(batch)
@@ -180,7 +189,18 @@ class Waiter:
                     log.exception("waiter check crashed ids=%d", len(batch))
                     await asyncio.sleep(0.5)
 
+    async def _read(self, ids: list[str]) -> None:
+        """One round trip: settle what is decided; what is missing gets a careful re-check."""
+        found = await self.store.get_many(ids)
+        for request_id, request in found.items():
+            if not request.is_pending:
+                self._settle(request_id, result=request)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            self._request_check(missing)
+
     async def _check(self, ids: list[str]) -> None:
+        """Statuses first (cheap), then whole requests for the decided ones."""
         statuses = await self.store.status_many(ids)
         done = [i for i, s in statuses.items() if s is not None and s != "pending"]
         missing = [i for i, s in statuses.items() if s is None]

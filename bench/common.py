@@ -1,0 +1,222 @@
+"""Helpers shared by the benchmark scripts: Redis selection, percentiles, RSS, client counts,
+GC pauses, child processes and pacing.
+
+Scripts put the repository root on `sys.path` before importing this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import redis as redis_sync
+from redis.asyncio import Redis
+
+from approvals.keys import Keys
+from bot import embedded_redis
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+# -- Redis -------------------------------------------------------------------------------
+
+
+def answers_ping(url: str) -> bool:
+    try:
+        client = redis_sync.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis_sync.RedisError, OSError):
+        return False
+
+
+@contextmanager
+def redis_server(explicit_url: str | None = None, *, embedded: bool = False) -> Iterator[str]:
+    """The URL to benchmark against.
+
+    An explicit `--redis-url` must answer PING (else `SystemExit`); otherwise
+    `REDIS_URL` (or 127.0.0.1:6379) is used when it answers, and failing that (or
+    with `embedded`) a throwaway server from `bot.embedded_redis` is started and
+    stopped at the end.
+    """
+    if explicit_url and embedded:
+        raise SystemExit("give either --redis-url or --embedded, not both")
+    if explicit_url:
+        if not answers_ping(explicit_url):
+            raise SystemExit(f"--redis-url {explicit_url} does not answer PING")
+        yield explicit_url
+        return
+    # A benchmark is an entry point: like the test fixtures it reads REDIS_URL itself.
+    url = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    if not embedded and answers_ping(url):
+        yield url
+        return
+    try:
+        server = embedded_redis.start()
+    except embedded_redis.NoRedisServer as e:
+        raise SystemExit(f"benchmark needs Redis: {e}") from e
+    why = "as asked" if embedded else f"{url} did not answer"
+    print(f"# started a throwaway server at {server.url} ({why})", flush=True)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+async def count_clients(redis: Redis, name: str) -> int:
+    """Server-side connections whose CLIENT SETNAME is `name` (CLIENT LIST)."""
+    return sum(1 for c in await redis.client_list() if c.get("name") == name)
+
+
+async def delete_prefix(redis: Redis, keys: Keys) -> int:
+    """Delete every key under `keys.prefix` (never FLUSHALL a shared server)."""
+    deleted = 0
+    batch: list[str] = []
+    async for key in redis.scan_iter(match=keys.pattern(), count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += await redis.delete(*batch)
+            batch.clear()
+    if batch:
+        deleted += await redis.delete(*batch)
+    return deleted
+
+
+# -- figures -----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (always one of the samples); NaN for no samples."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarize_ms(seconds: Sequence[float]) -> dict[str, Any]:
+    """p50 / p99 / max (and n, min) of durations given in seconds, in milliseconds."""
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "min_ms": round(min(ms), 3) if ms else None,
+        "p50_ms": round(percentile(ms, 50), 3) if ms else None,
+        "p99_ms": round(percentile(ms, 99), 3) if ms else None,
+        "max_ms": round(max(ms), 3) if ms else None,
+    }
+
+
+def rss_kib() -> int:
+    """This process's resident set size in KiB (VmRSS in /proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status (Linux only)")
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain text table, columns right-aligned except the first."""
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in cells[1:])
+    return "\n".join(out)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+class GcPauses:
+    """Records every cyclic-GC pause in this process while installed: (generation, start
+    wall-clock time, duration s). Long gen-2 pauses show up as latency outliers."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float, float]] = []
+        self._began = 0.0
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            elapsed = time.perf_counter() - self._began
+            self.pauses.append((info["generation"], time.time() - elapsed, elapsed))
+
+
+def gc_summary(
+    pauses: Sequence[tuple[int, float, float]], start: float, end: float
+) -> dict[str, dict[str, float]]:
+    """Per generation: collections and the longest pause (ms) that began in [start, end]."""
+    out: dict[str, dict[str, float]] = {}
+    for gen in (0, 1, 2):
+        durations = [d for g, t, d in pauses if g == gen and start <= t <= end]
+        out[f"gen{gen}"] = {
+            "count": len(durations),
+            "max_ms": round(max(durations, default=0.0) * 1000, 2),
+        }
+    return out
+
+
+# -- processes and pacing ----------------------------------------------------------------
+
+
+def spawn(target: Callable[..., None], *args: Any) -> tuple[BaseProcess, Connection]:
+    """Run `target(conn, *args)` in a fresh interpreter (spawn, not fork: its memory holds
+    nothing of ours); returns the process and our end of the pipe."""
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=target, args=(theirs, *args), daemon=True)
+    proc.start()
+    theirs.close()
+    return proc, ours
+
+
+async def recv(conn: Connection, within: float) -> Any:
+    """The next object from a child, without blocking the event loop."""
+    if not await asyncio.to_thread(conn.poll, within):
+        raise TimeoutError(f"child process sent nothing within {within:g} s")
+    return conn.recv()
+
+
+async def pace(start: float, k: int, rate: float) -> None:
+    """Sleep until slot `k` of a fixed-rate schedule that began at `start` (perf_counter):
+    a slow call does not push the later ones back (no coordinated omission)."""
+    delay = start + k / rate - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
