@@ -4,7 +4,7 @@
     GET  /v1/approvals/{id}?wait=N    the approval object; long-polls up to N s (capped)
     POST /v1/approvals/{id}/cancel    withdraw a pending request (409 once decided)
     POST /hooks/claude-code           Claude Code `http` hook: hook JSON in, hook output out
-    GET  /openapi.json                OpenAPI 3.1, generated from the models below
+    GET  /openapi.json                OpenAPI 3.1, generated from the models (`bot.schemas`)
 
 `/v1/*` and `/hooks/*` need `Authorization: Bearer <token>` (one of
 `ctx.api_tokens`); with no token configured they answer 503 — never open by
@@ -20,18 +20,14 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.json_schema import models_json_schema
+from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from approvals.agent_hooks import (
-    HookInput,
-    HookOutput,
     OnTimeout,
     error_details,
     hook_metadata,
@@ -49,155 +45,22 @@ from approvals.errors import (
     PayloadTooLarge,
     StoreUnavailable,
 )
-from approvals.models import (
-    MAX_DEADLINE_SECONDS,
-    MAX_EVENT_BYTES,
-    MAX_OPTION_LEN,
-    MAX_OPTIONS,
-    MAX_TEXT,
-    ApprovalConfig,
-    ApprovalEvent,
-    ApprovalRequest,
-    EventKind,
-    Kind,
-    Outcome,
-    Sensitivity,
-    Status,
-)
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.context import BotContext
+from bot.schemas import (
+    DEFAULT_HOOK_TIMEOUT,
+    MAX_HOOK_TIMEOUT,
+    CancelApproval,
+    CreateApproval,
+    approval_object,
+    openapi_document,
+)
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: Default Claude Code hook timeout assumed when `?timeout=` is not given, in seconds.
-DEFAULT_HOOK_TIMEOUT = 55.0
-MAX_HOOK_TIMEOUT = 3600.0
 _CHUNK = 64 * 1024
-
-
-# -- the models the handlers validate with (and the OpenAPI document is made of) ----------
-
-Option = Annotated[str, Field(min_length=1, max_length=MAX_OPTION_LEN)]
-
-
-class CreateApproval(BaseModel):
-    """Body of `POST /v1/approvals`."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    tool_name: str = Field(min_length=1, max_length=200)
-    arguments: dict[str, Any]
-    kind: Kind = "approval"
-    sensitivity: Sensitivity = "low"
-    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
-    options: list[Option] | None = Field(default=None, min_length=1, max_length=MAX_OPTIONS)
-    deadline_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
-    allow_for_session: bool = False
-    call_id: str | None = Field(default=None, min_length=1, max_length=200)
-    session_id: str | None = Field(default=None, max_length=200)
-    agent: str | None = Field(default=None, max_length=200)
-    channel: str | None = Field(default=None, min_length=1, max_length=200)
-    requester: str | None = Field(default=None, min_length=1, max_length=200)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    event_kind: EventKind = "tool"
-    command: str | None = Field(default=None, max_length=MAX_EVENT_BYTES)
-    path: str | None = Field(default=None, max_length=4096)
-    cwd: str | None = Field(default=None, max_length=4096)
-    permissions: dict[str, Any] | None = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CreateApproval:
-        self.config()  # kind/options rules live in ApprovalConfig; a ValueError here is a 422
-        return self
-
-    def config(self) -> ApprovalConfig:
-        return ApprovalConfig(
-            kind=self.kind,
-            sensitivity=self.sensitivity,
-            prompt=self.prompt,
-            options=tuple(self.options) if self.options else None,
-            deadline_seconds=self.deadline_seconds,
-            allow_for_session=self.allow_for_session,
-        )
-
-    def event(self) -> ApprovalEvent:
-        return ApprovalEvent(
-            kind=self.event_kind,
-            tool_name=self.tool_name,
-            arguments=self.arguments,
-            call_id=self.call_id,
-            session_id=self.session_id,
-            agent=self.agent,
-            cwd=self.cwd,
-            command=self.command,
-            path=self.path,
-            permissions=self.permissions,
-        )
-
-
-class CancelApproval(BaseModel):
-    """Optional body of `POST /v1/approvals/{id}/cancel`."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    reason: str | None = Field(default=None, max_length=MAX_TEXT)
-    by: str | None = Field(default=None, min_length=1, max_length=200)
-
-
-class VoteObject(BaseModel):
-    user: str
-    outcome: Literal["approve", "deny"]
-    at: datetime
-    reason: str | None
-
-
-class ApprovalObject(BaseModel):
-    """The approval object (`ApprovalRequest.public()`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    status: Status
-    tool_name: str
-    arguments: dict[str, Any]
-    kind: Kind
-    sensitivity: Sensitivity
-    options: list[str] | None
-    prompt: str
-    call_id: str | None
-    session_id: str | None
-    agent: str | None
-    route: str
-    channel: str | None
-    created_at: datetime
-    deadline_at: datetime | None
-    decision: Outcome | None
-    reason: str | None
-    input: str | None
-    selection: str | None
-    for_session: bool
-    decided_by: str | None
-    decided_at: datetime | None
-    via: str | None
-    votes: list[VoteObject]
-    metadata: dict[str, Any]
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    details: Any = None
-
-
-class ErrorResponse(BaseModel):
-    """Every error: a stable `code`, a human `message`, and for 422 the fields at fault."""
-
-    error: ErrorDetail
-
-
-def approval_object(request: ApprovalRequest) -> dict[str, Any]:
-    return ApprovalObject.model_validate(request.public()).model_dump(mode="json")
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -474,130 +337,3 @@ def add_routes(app: web.Application, ctx: BotContext) -> None:
     app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     app.router.add_post("/hooks/claude-code", api.guard(api.claude_code_hook))
-
-
-# -- OpenAPI --------------------------------------------------------------------------------
-
-
-def _json(ref: dict[str, Any]) -> dict[str, Any]:
-    return {"application/json": {"schema": ref}}
-
-
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document, its schemas generated from the models the handlers use."""
-    refs, top = models_json_schema(
-        [
-            (CreateApproval, "validation"),
-            (CancelApproval, "validation"),
-            (ApprovalObject, "serialization"),
-            (ErrorResponse, "serialization"),
-            (HookInput, "validation"),
-            (HookOutput, "serialization"),
-        ],
-        ref_template="#/components/schemas/{model}",
-    )
-    ref = {model: refs[(model, mode)] for model, mode in refs}
-    error = {"description": "error", "content": _json(ref[ErrorResponse])}
-
-    def errors(*codes: int) -> dict[str, Any]:
-        return {str(c): error for c in (400, 401, 403, 503, *codes)}
-
-    approval = {"description": "the approval object", "content": _json(ref[ApprovalObject])}
-    id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
-    secured: list[dict[str, list[str]]] = [{"bearerAuth": []}]
-    paths = {
-        "/v1/approvals": {
-            "post": {
-                "operationId": "createApproval",
-                "summary": "Ask for an approval",
-                "security": secured,
-                "requestBody": {"required": True, "content": _json(ref[CreateApproval])},
-                "responses": {
-                    "201": approval,
-                    "200": {
-                        **approval,
-                        "description": ("an approval created earlier with the same call_id"),
-                    },
-                    **errors(413, 422),
-                },
-            }
-        },
-        "/v1/approvals/{id}": {
-            "get": {
-                "operationId": "getApproval",
-                "summary": "Read (or long-poll) an approval",
-                "security": secured,
-                "parameters": [
-                    id_param,
-                    {
-                        "name": "wait",
-                        "in": "query",
-                        "required": False,
-                        "description": "seconds to wait while pending (capped by the server)",
-                        "schema": {"type": "number", "minimum": 0, "maximum": 86400},
-                    },
-                ],
-                "responses": {"200": approval, **errors(404, 422)},
-            }
-        },
-        "/v1/approvals/{id}/cancel": {
-            "post": {
-                "operationId": "cancelApproval",
-                "summary": "Withdraw a pending approval",
-                "security": secured,
-                "parameters": [id_param],
-                "requestBody": {"required": False, "content": _json(ref[CancelApproval])},
-                "responses": {"200": approval, **errors(404, 409, 413, 422)},
-            }
-        },
-        "/hooks/claude-code": {
-            "post": {
-                "operationId": "claudeCodeHook",
-                "summary": "Claude Code http hook",
-                "security": secured,
-                "parameters": [
-                    {
-                        "name": "timeout",
-                        "in": "query",
-                        "required": False,
-                        "description": "the hook's timeout in settings.json, seconds (default 55)",
-                        "schema": {"type": "number", "minimum": 1, "maximum": MAX_HOOK_TIMEOUT},
-                    },
-                    {
-                        "name": "on_timeout",
-                        "in": "query",
-                        "required": False,
-                        "schema": {"type": "string", "enum": ["deny", "ask"], "default": "deny"},
-                    },
-                ],
-                "requestBody": {"required": True, "content": _json(ref[HookInput])},
-                "responses": {
-                    "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
-                    "204": {"description": "no decision: Claude Code asks its user"},
-                    **errors(413, 422),
-                },
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "operationId": "openapi",
-                "summary": "This document",
-                "responses": {
-                    "200": {"description": "OpenAPI 3.1", "content": _json({"type": "object"})}
-                },
-            }
-        },
-    }
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "approval-bot",
-            "version": "1",
-            "description": "Slack approvals for AI agents: the agent-facing HTTP API.",
-        },
-        "paths": paths,
-        "components": {
-            "schemas": top.get("$defs", {}),
-            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
-        },
-    }

@@ -1,9 +1,9 @@
-"""Block Kit rendering of approval requests: messages, modals, refusals (pure: dicts out).
+"""Block Kit rendering of approval requests: the messages (pure: dicts out; modals: `bot.modals`).
 
 Every string taken from a request is masked (`bot.masking`), escaped for
 mrkdwn (`&`, `<`, `>`, so an agent cannot ping `<!channel>`), and cut to
 Slack's limits: 50 blocks, 3000 characters per section, 150 per header,
-75 per button or option text, 2000 per button value, 24 per modal title.
+75 per button or option text, 2000 per button value.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from bot import ids
@@ -30,7 +30,6 @@ MAX_OPTION_TEXT = 75
 MAX_SELECT_OPTIONS = 100
 #: Up to this many options are buttons; beyond, a static select.
 MAX_OPTION_BUTTONS = 5
-MAX_MODAL_TITLE = 24
 MAX_CONTEXT_TEXT = 2000
 MAX_FALLBACK = 1000
 DATE_FORMAT = "{date_short_pretty} {time}"
@@ -40,9 +39,6 @@ SENSITIVITY_BADGES = {
     "pii": "🟠 PII",
     "secret": "🔴 secret (values hidden)",
 }
-RefusalKind = Literal[
-    "already_decided", "not_reviewer", "self_approval", "already_voted", "not_found", "stale_option"
-]
 
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 # Slack ids: a type letter, then upper-case letters and digits (at least one digit).
@@ -379,105 +375,3 @@ def escalated_note(
         "text": _fallback(f"Escalated to {where(to_channel)}: ", v),
         "blocks": _finish(blocks),
     }
-
-
-# ---------------------------------------------------------------- modals
-
-
-def _modal(
-    req: ApprovalRequest,
-    callback_id: str,
-    title: str,
-    submit: str,
-    blocks: list[Block],
-    channel: str | None,
-    ts: str | None,
-) -> dict[str, Any]:
-    if req.message:
-        channel = channel or req.message.channel
-        ts = ts or req.message.ts
-    return {
-        "type": "modal",
-        "callback_id": callback_id,
-        "private_metadata": ids.encode_metadata(req.id, channel, ts),
-        "title": _plain(title, MAX_MODAL_TITLE),
-        "submit": _plain(submit, MAX_MODAL_TITLE),
-        "close": _plain("Cancel", MAX_MODAL_TITLE),
-        "blocks": blocks,
-    }
-
-
-def _text_input(block_id: str, action_id: str, label: str, *, optional: bool) -> Block:
-    return {
-        "type": "input",
-        "block_id": block_id,
-        "optional": optional,
-        "label": _plain(label, 2000),
-        "element": {
-            "type": "plain_text_input",
-            "action_id": action_id,
-            "multiline": True,
-            "max_length": MAX_SECTION,
-        },
-    }
-
-
-def deny_modal(
-    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
-) -> dict[str, Any]:
-    """The Deny dialog: an optional reason the agent is told."""
-    v = _view(req)
-    intro = clip_escaped(f"Deny {v.tool}?\n{v.prompt}", MAX_SECTION)
-    reason = _text_input(ids.REASON_BLOCK, ids.REASON_ACTION, "Reason (optional)", optional=True)
-    reason["hint"] = _plain("The agent is told this reason.", 2000)
-    blocks = [_section(intro), reason]
-    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts)
-
-
-def input_modal(
-    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
-) -> dict[str, Any]:
-    """The Respond dialog of kind `input`: the prompt and a required answer."""
-    v = _view(req)
-    answer = _text_input(ids.INPUT_BLOCK, ids.INPUT_ACTION, "Your answer", optional=False)
-    answer["element"]["min_length"] = 1
-    blocks = [_section(clip_escaped(v.prompt, MAX_SECTION)), answer]
-    return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
-
-
-def modal_errors(block_id: str, message: str) -> dict[str, Any]:
-    """A `view_submission` answer that shows `message` under the input `block_id`."""
-    return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
-
-
-# ---------------------------------------------------------------- refusals
-
-
-def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
-    """The ephemeral explanation for a click that changed nothing."""
-    if kind == "not_reviewer":
-        return "You are not one of the reviewers for this request."
-    if kind == "self_approval":
-        return "You asked for this; someone else has to decide."
-    if kind == "not_found" or req is None:
-        return "This approval request no longer exists (it may have expired from the record)."
-    if kind == "stale_option":
-        return "That option is not one of this request's options."
-    if kind == "already_voted":
-        progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""
-        return f"You have already voted on this request{progress}."
-    if kind != "already_decided":
-        raise ValueError(f"unknown refusal kind {kind!r}")
-    d = req.decision
-    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
-    hide = _view(req).hide
-    reason = f": {clip_escaped(mask_text(d.reason, hide=hide), 500)}" if d and d.reason else ""
-    texts = {
-        "approved": f"Already approved{by}.",
-        "denied": f"Already denied{by}{reason}.",
-        "expired": "This request has expired; nothing was changed.",
-        "cancelled": f"This request was cancelled{by}.",
-        "error": f"This request ended with an error{reason}.",
-        "pending": "This request is still waiting for a decision.",
-    }
-    return texts[req.status]

@@ -19,7 +19,7 @@ from approvals.errors import InvalidRequest, NotAllowed, NotFound
 from approvals.models import ApprovalRequest
 from approvals.service import Actor
 from approvals.store import VoteResult
-from bot import blocks, ids
+from bot import ids, modals
 from bot.context import BotContext
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class Listeners:
         options = request.config.options or ()
         index = int(raw_index) if str(raw_index).isdigit() else -1
         if not 0 <= index < len(options):
-            await self._ephemeral(body, blocks.refusal_text("stale_option", request))
+            await self._ephemeral(body, modals.refusal_text("stale_option", request))
             return
         await self._decide(body, request_id, "approve", selection=options[index])
 
@@ -119,15 +119,15 @@ class Listeners:
         if request is None:
             return
         if not request.is_pending:
-            await self._ephemeral(body, blocks.refusal_text("already_decided", request))
+            await self._ephemeral(body, modals.refusal_text("already_decided", request))
             return
         refusal = await self.ctx.service.may_decide(request, Actor(_user(body)))
         if refusal is not None:
-            await self._ephemeral(body, blocks.refusal_text(_refusal_kind(refusal), request))
+            await self._ephemeral(body, modals.refusal_text(_refusal_kind(refusal), request))
             return
         message = body.get("message") or {}
         channel, ts = _channel(body), message.get("ts")
-        view = (blocks.deny_modal if which == "deny" else blocks.input_modal)(
+        view = (modals.deny_modal if which == "deny" else modals.input_modal)(
             request, channel=channel, ts=ts
         )
         try:
@@ -150,7 +150,7 @@ class Listeners:
         meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
         answer = self._view_value(body, ids.INPUT_BLOCK, ids.INPUT_ACTION)
         if not answer.strip():
-            await ack(**blocks.modal_errors(ids.INPUT_BLOCK, "An answer is required."))
+            await ack(**modals.modal_errors(ids.INPUT_BLOCK, "An answer is required."))
             return
         await ack()
         await self._decide(body, meta.request_id, "approve", input=answer, channel=meta.channel)
@@ -166,7 +166,7 @@ class Listeners:
         try:
             return await self.ctx.store.get(request_id)
         except NotFound:
-            await self._ephemeral(body, blocks.refusal_text("not_found"))
+            await self._ephemeral(body, modals.refusal_text("not_found"))
             return None
 
     async def _decide(
@@ -193,13 +193,13 @@ class Listeners:
                 for_session=for_session,
             )
         except NotFound:
-            await self._ephemeral(body, blocks.refusal_text("not_found"), channel=channel)
+            await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
             return None
         except NotAllowed as e:
             request = await self.ctx.store.get(request_id)
             log.info("click refused id=%s user=%s why=%s", request_id, user, e.details)
             await self._ephemeral(
-                body, blocks.refusal_text(_refusal_kind(e.details), request), channel=channel
+                body, modals.refusal_text(_refusal_kind(e.details), request), channel=channel
             )
             return None
         except InvalidRequest as e:
@@ -208,11 +208,11 @@ class Listeners:
         self.ctx.count("slack_decisions_" + result.status)
         if result.status == "closed":
             await self._ephemeral(
-                body, blocks.refusal_text("already_decided", result.request), channel=channel
+                body, modals.refusal_text("already_decided", result.request), channel=channel
             )
         elif result.status == "duplicate":
             await self._ephemeral(
-                body, blocks.refusal_text("already_voted", result.request), channel=channel
+                body, modals.refusal_text("already_voted", result.request), channel=channel
             )
         log.info(
             "click id=%s user=%s outcome=%s result=%s", request_id, user, outcome, result.status

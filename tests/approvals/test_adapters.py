@@ -27,9 +27,10 @@ from approvals.adapters.langgraph import (
     request_approval,
 )
 from approvals.adapters.openai_agents import parse_arguments, resolve_interruptions
-from approvals.client import ApprovalClient, RedisTransport
+from approvals.client import ApprovalClient
 from approvals.models import ApprovalRequest
 from approvals.service import Actor, ApprovalService
+from approvals.transports import RedisTransport
 from bot.context import BotContext
 
 REVIEWER = Actor("U0REVIEWER", via="slack")

@@ -11,16 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from approvals.client import (
-    Approval,
-    ApprovalClient,
-    HttpTransport,
-    RedisTransport,
-    SyncApprovalClient,
-    error_from_response,
-    request_body,
-    transport_factory,
-)
+from approvals.client import Approval, ApprovalClient, SyncApprovalClient
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -37,6 +28,13 @@ from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Dec
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
 from approvals.slack_hook import SlackApprovalHook
+from approvals.transports import (
+    HttpTransport,
+    RedisTransport,
+    error_from_response,
+    request_body,
+    transport_factory,
+)
 from bot import api
 from bot.context import BotContext
 

@@ -16,12 +16,10 @@ import pytest
 from approvals import gate
 from approvals.errors import InvalidRequest
 from approvals.gate import (
-    NO_HANDLER_MESSAGE,
     ApprovalFailed,
     Denied,
     GateRequest,
     ReviewFailed,
-    TerminalApprover,
     ToolDenied,
     current_approval,
     merge_annotations,
@@ -29,6 +27,7 @@ from approvals.gate import (
 )
 from approvals.hooks import Async, AwaitResult, Hook, ReviewResult, StaticPolicyHook
 from approvals.models import ApprovalConfig, ApprovalEvent, Decision
+from approvals.terminal import NO_HANDLER_MESSAGE, TerminalApprover
 
 
 class Reviewer:

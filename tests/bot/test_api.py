@@ -17,8 +17,9 @@ from approvals.models import MAX_EVENT_BYTES
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
 from approvals.store import ApprovalStore
-from bot.api import ApprovalObject, add_routes, error_middleware
+from bot.api import add_routes, error_middleware
 from bot.context import BotContext
+from bot.schemas import ApprovalObject
 
 AUTH = {"Authorization": "Bearer test-token"}
 

@@ -35,8 +35,9 @@ from approvals.policy_file import parse_policy
 from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
-from bot.api import add_routes, error_middleware, openapi_document
+from bot.api import add_routes, error_middleware
 from bot.context import BotContext
+from bot.schemas import openapi_document
 
 TOKEN = "schema-test-token"
 

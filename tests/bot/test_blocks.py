@@ -20,7 +20,7 @@ from approvals.models import (
     SlackMessage,
     Vote,
 )
-from bot import blocks, ids
+from bot import blocks, ids, modals
 from bot.masking import MASK
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -314,8 +314,8 @@ def test_secret_sensitivity_hides_every_argument_value_everywhere() -> None:
     )
     for rendered in (
         blocks.request_message(req, now=NOW),
-        blocks.deny_modal(req),
-        blocks.input_modal(req),
+        modals.deny_modal(req),
+        modals.input_modal(req),
         blocks.decided_message(
             req.model_copy(
                 update={
@@ -459,7 +459,7 @@ def test_escalated_note_points_to_the_new_channel_without_buttons() -> None:
 
 def test_deny_modal() -> None:
     req = make(message=SlackMessage(channel="C1", ts="123.456"))
-    view = blocks.deny_modal(req)
+    view = modals.deny_modal(req)
     assert view["type"] == "modal" and view["callback_id"] == ids.DENY_MODAL
     meta = ids.decode_metadata(view["private_metadata"])
     assert (meta.request_id, meta.channel, meta.ts) == (req.id, "C1", "123.456")
@@ -474,7 +474,7 @@ def test_deny_modal() -> None:
 
 def test_input_modal() -> None:
     req = make(kind="input", prompt="Which tag should ship?")
-    view = blocks.input_modal(req, channel="C2", ts="9.9")
+    view = modals.input_modal(req, channel="C2", ts="9.9")
     assert view["callback_id"] == ids.INPUT_MODAL and view["submit"]["text"] == "Send"
     assert len(view["title"]["text"]) <= 24
     assert ids.decode_metadata(view["private_metadata"]).channel == "C2"
@@ -485,7 +485,7 @@ def test_input_modal() -> None:
 
 
 def test_modal_errors() -> None:
-    assert blocks.modal_errors(ids.INPUT_BLOCK, "Please type an answer.") == {
+    assert modals.modal_errors(ids.INPUT_BLOCK, "Please type an answer.") == {
         "response_action": "errors",
         "errors": {ids.INPUT_BLOCK: "Please type an answer."},
     }
@@ -493,27 +493,27 @@ def test_modal_errors() -> None:
 
 def test_refusal_texts() -> None:
     done = decided("approved", Decision.approve(by="U1"))
-    assert blocks.refusal_text("already_decided", done) == "Already approved by <@U1>."
+    assert modals.refusal_text("already_decided", done) == "Already approved by <@U1>."
     denied = decided("denied", Decision.deny("nope", by="U2"))
-    assert blocks.refusal_text("already_decided", denied) == "Already denied by <@U2>: nope."
-    assert "expired" in blocks.refusal_text("already_decided", decided("expired", None))
+    assert modals.refusal_text("already_decided", denied) == "Already denied by <@U2>: nope."
+    assert "expired" in modals.refusal_text("already_decided", decided("expired", None))
     leaky = decided(
         "denied",
         Decision.deny("no, hunter2-hunter2 is the prod password", by="U2"),
         sensitivity="secret",
         arguments={"db_password_hint": "hunter2-hunter2"},
     )
-    assert "hunter2-hunter2" not in blocks.refusal_text("already_decided", leaky)
-    assert blocks.refusal_text("not_reviewer", done) == (
+    assert "hunter2-hunter2" not in modals.refusal_text("already_decided", leaky)
+    assert modals.refusal_text("not_reviewer", done) == (
         "You are not one of the reviewers for this request."
     )
-    assert blocks.refusal_text("self_approval", done) == (
+    assert modals.refusal_text("self_approval", done) == (
         "You asked for this; someone else has to decide."
     )
     voted = make(quorum=2, votes=(Vote(user="U1", outcome="approve"),))
-    assert "already voted" in blocks.refusal_text("already_voted", voted)
-    assert "1 of 2 approvals" in blocks.refusal_text("already_voted", voted)
-    assert "no longer exists" in blocks.refusal_text("not_found")
+    assert "already voted" in modals.refusal_text("already_voted", voted)
+    assert "1 of 2 approvals" in modals.refusal_text("already_voted", voted)
+    assert "no longer exists" in modals.refusal_text("not_found")
 
 
 # ---------------------------------------------------------------- ids

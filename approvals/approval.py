@@ -1,0 +1,134 @@
+"""`Approval`: an approval request as agents see it (the HTTP API's approval object).
+
+Every transport returns it, so code written against one runs unchanged on the other.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from approvals.errors import AlreadyDecided
+from approvals.models import (
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    Decision,
+    Kind,
+    Outcome,
+    Sensitivity,
+    Status,
+    Vote,
+)
+
+
+class Approval(BaseModel):
+    """An approval request as agents see it: the HTTP API's approval object, on both transports."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str
+    status: Status
+    tool_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    kind: Kind = "approval"
+    sensitivity: Sensitivity = "low"
+    options: list[str] | None = None
+    prompt: str = ""
+    call_id: str | None = None
+    session_id: str | None = None
+    agent: str | None = None
+    route: str = "default"
+    channel: str | None = None
+    created_at: datetime
+    deadline_at: datetime | None = None
+    decision: Outcome | None = None
+    reason: str | None = None
+    input: str | None = None
+    selection: str | None = None
+    for_session: bool = False
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    via: str | None = None
+    votes: list[Vote] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_request(cls, request: ApprovalRequest) -> Approval:
+        return cls.model_validate(request.public())
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == "pending"
+
+    @property
+    def approved(self) -> bool:
+        return self.status == "approved"
+
+    def to_decision(self) -> Decision | None:
+        """The reviewer's `Decision` (None while pending)."""
+        if self.decision is None:
+            return None
+        return Decision(
+            outcome=self.decision,
+            reason=self.reason,
+            input=self.input,
+            selection=self.selection,
+            for_session=self.for_session,
+            decided_by=self.decided_by,
+            decided_at=self.decided_at or datetime.now(UTC),
+            via=self.via or "api",
+        )
+
+    def to_request(self) -> ApprovalRequest:
+        """This approval as an `ApprovalRequest` (for code written against the core's model);
+        what the approval object does not carry (reviewers, quorum, message) is left default."""
+        return ApprovalRequest(
+            id=self.id,
+            status=self.status,
+            prompt=self.prompt,
+            route=self.route,
+            channel=self.channel,
+            created_at=self.created_at,
+            deadline_at=self.deadline_at,
+            event=ApprovalEvent(
+                tool_name=self.tool_name,
+                arguments=self.arguments,
+                call_id=self.call_id,
+                session_id=self.session_id,
+                agent=self.agent,
+            ),
+            config=ApprovalConfig(
+                kind=self.kind,
+                sensitivity=self.sensitivity,
+                options=tuple(self.options) if self.options else None,
+            ),
+            decision=self.to_decision(),
+            votes=tuple(self.votes),
+            metadata=self.metadata,
+        )
+
+    def describe(self) -> str:
+        """One line: `approved by U1 (input: …)`, `denied by U2: reason`, `pending`."""
+        text: str = self.status
+        if self.decided_by:
+            text += f" by {self.decided_by}"
+        if self.input:
+            text += f" (input: {self.input})"
+        if self.selection:
+            text += f" (selection: {self.selection})"
+        if self.for_session:
+            text += " (for this session)"
+        if self.reason and self.status != "approved":
+            text += f": {self.reason}"
+        return text
+
+
+def already_decided(approval: Approval | ApprovalRequest) -> AlreadyDecided:
+    """The error for acting on a request that is no longer pending: "already approved by U1"."""
+    if isinstance(approval, ApprovalRequest):
+        approval = Approval.from_request(approval)
+    by = f" by {approval.decided_by}" if approval.decided_by else ""
+    return AlreadyDecided(f"{approval.id} is already {approval.status}{by}", request=approval)

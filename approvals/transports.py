@@ -1,0 +1,475 @@
+"""How a client reaches the approvals core: `Transport` and its Redis, HTTP and threaded kinds.
+
+`RedisTransport` works on the core directly, `HttpTransport` on a remote bot's
+HTTP API (long-polling), `ThreadedTransport` runs either on a private loop in
+a thread; `transport_factory` picks one from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from approvals.approval import Approval, already_decided
+from approvals.connection import connect
+from approvals.errors import (
+    AlreadyDecided,
+    ApprovalError,
+    ApprovalTimeout,
+    InvalidRequest,
+    NotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+)
+from approvals.keys import Keys
+from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.policy import Policy
+from approvals.policy_file import build_policy
+from approvals.service import ApprovalService
+from approvals.store import ApprovalStore
+from approvals.waiting import Waiter
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Longest single long-poll over HTTP (below common proxy idle timeouts of 60 s).
+MAX_POLL_SECONDS = 55.0
+
+
+class Transport(Protocol):
+    """How a client reaches the approvals core: Redis directly, or the bot's HTTP API."""
+
+    async def request(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None,
+        *,
+        channel: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Approval: ...
+
+    async def get(self, request_id: str) -> Approval: ...
+
+    async def wait(self, request_id: str, timeout: float | None) -> Approval: ...  # noqa: ASYNC109
+
+    async def cancel(
+        self, request_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> Approval: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _LoopBound:
+    """Remembers the event loop a transport was first used on and refuses any other."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def _check_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise ApprovalError(
+                f"this {type(self).__name__} belongs to another event loop; for sync code or "
+                "several loops use SyncApprovalClient or ApprovalClient.from_env(threaded=True)"
+            )
+
+
+class RedisTransport(_LoopBound):
+    """Straight on the core: `ApprovalService` + `Waiter` over one Redis client."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        policy: Policy | None = None,
+        owns_redis: bool = True,
+    ) -> None:
+        self.redis = redis
+        self.service = ApprovalService(ApprovalStore(redis, keys), policy)
+        self.waiter = Waiter(redis, keys, store=self.service.store)
+        self._owns_redis = owns_redis
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "approvals", policy: Policy | None = None
+    ) -> RedisTransport:
+        return cls(connect(url, client_name="approval-client"), Keys(prefix), policy=policy)
+
+    async def request(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None,
+        *,
+        channel: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Approval:
+        self._check_loop()
+        submitted = await self.service.submit(event, config, channel=channel, metadata=metadata)
+        return Approval.from_request(submitted)
+
+    async def get(self, request_id: str) -> Approval:
+        self._check_loop()
+        return Approval.from_request(await self.service.store.get(request_id))
+
+    async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
+        current = await self.get(request_id)
+        if not current.is_pending:
+            return current
+        if timeout is not None and timeout <= 0:
+            raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
+        return Approval.from_request(await self.waiter.wait(request_id, timeout))
+
+    async def cancel(
+        self, request_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> Approval:
+        self._check_loop()
+        result = await self.service.cancel(request_id, by=by, reason=reason, via="api")
+        if result.status != "decided":
+            raise already_decided(result.request)
+        return Approval.from_request(result.request)
+
+    async def aclose(self) -> None:
+        await self.waiter.stop()
+        if self._owns_redis:
+            await self.redis.aclose()
+
+
+def ApprovalStoreFor(redis: Redis, keys: Keys) -> Any:
+    from approvals.store import ApprovalStore
+
+    return ApprovalStore(redis, keys)
+
+
+_ERRORS: dict[str, type[ApprovalError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidRequest,
+        PayloadTooLarge,
+        NotFound,
+        AlreadyDecided,
+        NotAllowed,
+        ApprovalTimeout,
+        StoreUnavailable,
+    )
+}
+_ERRORS_BY_STATUS: dict[int, type[ApprovalError]] = {
+    400: InvalidRequest,
+    401: NotAllowed,
+    403: NotAllowed,
+    404: NotFound,
+    409: AlreadyDecided,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+    502: StoreUnavailable,
+    503: StoreUnavailable,
+    504: StoreUnavailable,
+}
+
+
+def error_from_response(status: int, body: Any, fallback: str) -> ApprovalError:
+    """The `ApprovalError` matching an HTTP error answer `{"error": {"code", "message"}}`."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        code, message = str(err.get("code", "")), str(err.get("message") or fallback)
+    else:
+        code, message = "", fallback
+    cls = _ERRORS.get(code) or _ERRORS_BY_STATUS.get(status, ApprovalError)
+    if code == "api_disabled":  # a configuration problem, not a blip worth retrying
+        cls = ApprovalError
+    if cls is AlreadyDecided:
+        return AlreadyDecided(message)
+    return cls(message, details=err)
+
+
+class HttpTransport(_LoopBound):
+    """To a remote bot's HTTP API with a bearer token; waits by long-polling `?wait=`."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        poll_seconds: float = MAX_POLL_SECONDS,
+        request_timeout: float = 30.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self.poll_seconds = min(poll_seconds, MAX_POLL_SECONDS)
+        self.request_timeout = request_timeout
+        self._session = session
+        self._owns_session = session is None
+
+    def __repr__(self) -> str:  # never show the token
+        return f"HttpTransport({self.url!r})"
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        self._check_loop()
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        url = self.url + path
+        limit = aiohttp.ClientTimeout(total=timeout or self.request_timeout)
+        try:
+            async with self._session.request(
+                method,
+                url,
+                json=body,
+                params=params,
+                headers=self._headers,
+                timeout=limit,
+            ) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise StoreUnavailable(f"approval bot at {self.url} is unreachable: {e!r}") from e
+        try:
+            data: Any = json.loads(text) if text else None
+        except ValueError:
+            data = None
+        if status >= 400:
+            fallback = f"HTTP {status} from {method} {url}: {text[:200]}"
+            raise error_from_response(status, data, fallback)
+        if not isinstance(data, dict):
+            raise ApprovalError(f"unexpected answer from {method} {url}: {text[:200]!r}")
+        return data
+
+    @staticmethod
+    def _approval(data: dict[str, Any]) -> Approval:
+        try:
+            return Approval.model_validate(data)
+        except ValidationError as e:
+            raise ApprovalError(f"the approval bot sent an invalid approval object: {e}") from e
+
+    async def request(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None,
+        *,
+        channel: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Approval:
+        body = request_body(event, config, channel=channel, metadata=metadata)
+        return self._approval(await self._call("POST", "/v1/approvals", body=body))
+
+    async def get(self, request_id: str) -> Approval:
+        return self._approval(await self._call("GET", f"/v1/approvals/{request_id}"))
+
+    async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        backoff = 0.2
+        while True:
+            remaining = None if end is None else end - loop.time()
+            poll = self.poll_seconds if remaining is None else min(remaining, self.poll_seconds)
+            try:
+                current = self._approval(
+                    await self._call(
+                        "GET",
+                        f"/v1/approvals/{request_id}",
+                        params={"wait": f"{max(poll, 0.0):.3f}"},
+                        timeout=max(poll, 0) + 30.0,
+                    )
+                )
+            except StoreUnavailable as e:  # a restart or a blip: keep polling until the end
+                if remaining is not None and remaining <= backoff:
+                    raise ApprovalTimeout(f"no decision on {request_id}: {e.message}") from e
+                log.warning(
+                    "long-poll failed id=%s error=%s retry_in=%.1fs", request_id, e.message, backoff
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.2
+            if not current.is_pending:
+                return current
+            if end is not None and loop.time() >= end:
+                raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
+
+    async def cancel(
+        self, request_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> Approval:
+        body = {k: v for k, v in (("reason", reason), ("by", by)) if v} or None
+        return self._approval(
+            await self._call("POST", f"/v1/approvals/{request_id}/cancel", body=body)
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+
+def request_body(
+    event: ApprovalEvent,
+    config: ApprovalConfig | None,
+    *,
+    channel: str | None,
+    metadata: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The `POST /v1/approvals` body for an event and its review config."""
+    config = config or ApprovalConfig()
+    body: dict[str, Any] = {
+        "tool_name": event.tool_name,
+        "arguments": event.arguments,
+        "kind": config.kind,
+        "sensitivity": config.sensitivity,
+        "prompt": config.prompt,
+        "options": list(config.options) if config.options else None,
+        "deadline_seconds": config.deadline_seconds,
+        "call_id": event.call_id,
+        "session_id": event.session_id,
+        "agent": event.agent,
+        "channel": channel,
+        "metadata": metadata or None,
+        "event_kind": event.kind,
+        "command": event.command,
+        "path": event.path,
+        "cwd": event.cwd,
+        "permissions": event.permissions,
+    }
+    if config.allow_for_session:
+        body["allow_for_session"] = True
+    return {k: v for k, v in body.items() if v is not None}
+
+
+class ThreadedTransport:
+    """Runs another transport on a private event loop in a daemon thread; usable from any loop
+    (and, through `run`, from sync code)."""
+
+    def __init__(self, factory: Callable[[], Transport]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="approvals-client", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+        async def build() -> Transport:
+            return factory()
+
+        try:
+            self.inner: Transport = self.run(build())
+        except BaseException:
+            self._stop()
+            raise
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the private loop and block until it ends (sync callers)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover - always called from a coroutine
+            here = None
+        if here is self._loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def request(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None,
+        *,
+        channel: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Approval:
+        return await self._on_loop(
+            self.inner.request(event, config, channel=channel, metadata=metadata)
+        )
+
+    async def get(self, request_id: str) -> Approval:
+        return await self._on_loop(self.inner.get(request_id))
+
+    async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
+        return await self._on_loop(self.inner.wait(request_id, timeout))
+
+    async def cancel(
+        self, request_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> Approval:
+        return await self._on_loop(self.inner.cancel(request_id, reason=reason, by=by))
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        await self._on_loop(self.inner.aclose())
+        self._stop()
+
+    def close(self) -> None:
+        """Close the inner transport and end the thread (sync callers)."""
+        if self._closed:
+            return
+        self.run(self.inner.aclose())
+        self._stop()
+
+    def _stop(self) -> None:
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+def transport_factory(env: Mapping[str, str] | None = None) -> Callable[[], Transport]:
+    """A factory for the transport the environment names; see `ApprovalClient.from_env`."""
+    source: Mapping[str, str] = os.environ if env is None else env
+
+    def get(name: str) -> str | None:
+        return (source.get(name) or "").strip() or None
+
+    url, token = get("APPROVALS_URL"), get("APPROVALS_TOKEN")
+    if url:
+        if not url.startswith(("http://", "https://")):
+            raise InvalidRequest("APPROVALS_URL must be an http(s) URL such as http://bot:3000")
+        if not token:
+            raise InvalidRequest(
+                "APPROVALS_TOKEN is required with APPROVALS_URL (one of the bot's "
+                "APPROVALS_API_TOKENS)"
+            )
+        return lambda: HttpTransport(url, token)
+    redis_url = get("REDIS_URL")
+    if redis_url:
+        prefix = get("APPROVALS_PREFIX") or "approvals"
+        reviewers = tuple(
+            r.strip() for r in (get("APPROVALS_REVIEWERS") or "").split(",") if r.strip()
+        )
+        policy = build_policy(
+            get("APPROVALS_POLICY_FILE"), get("APPROVALS_DEFAULT_CHANNEL"), reviewers
+        )
+        return lambda: RedisTransport.from_url(redis_url, prefix=prefix, policy=policy)
+    raise ApprovalError(
+        "no approval backend configured: set APPROVALS_URL (with APPROVALS_TOKEN) to use a "
+        "running bot's HTTP API, or REDIS_URL (with APPROVALS_PREFIX) to use its Redis directly"
+    )
+
+
+__all__ = [
+    "HttpTransport",
+    "RedisTransport",
+    "ThreadedTransport",
+    "Transport",
+    "error_from_response",
+    "request_body",
+    "transport_factory",
+]

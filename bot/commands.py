@@ -1,0 +1,312 @@
+"""The `approval-bot` commands (pending, show, approve, deny, audit, request, hook) and output.
+
+`pending`, `show`, `approve`, `deny` and `audit` work on an `ApprovalStore`;
+`request` and `hook` go through an `ApprovalClient`. Parsing, configuration
+and exit statuses are `bot.cli`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+import time
+from datetime import datetime
+from typing import Any, TextIO
+
+from approvals.agent_hooks import hook_metadata, run_hook, time_budget
+from approvals.approval import Approval, already_decided
+from approvals.client import ApprovalClient
+from approvals.errors import AlreadyDecided, ApprovalTimeout, InvalidRequest
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.policy import Policy
+from approvals.policy_file import build_policy
+from approvals.service import Actor, ApprovalService
+from approvals.store import ApprovalStore
+from config.settings import Settings
+
+_STARTED = time.monotonic()  # hooks answer within their timeout, counted from here
+
+
+class CliError(Exception):
+    """Ends the command with `message` on stderr and exit status `code`."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def policy_for(settings: Settings) -> Policy:
+    return build_policy(
+        settings.approvals_policy_file,
+        settings.approvals_default_channel,
+        tuple(settings.approvals_reviewers),
+    )
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+
+def ago(moment: datetime | None, now: datetime) -> str:
+    """`5s`, `12m`, `3h`, `2d` between `moment` and `now` (negative: in the future)."""
+    if moment is None:
+        return "-"
+    seconds = (now - moment).total_seconds()
+    size = abs(seconds)
+    for unit, span in (("d", 86400), ("h", 3600), ("m", 60)):
+        if size >= span:
+            text = f"{int(size // span)}{unit}"
+            break
+    else:
+        text = f"{int(size)}s"
+    return text if seconds >= 0 else f"in {text}"
+
+
+def table(rows: list[list[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+
+
+def clip(text: str, size: int) -> str:
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+# -- commands on Redis -------------------------------------------------------------------------
+
+
+async def cmd_pending(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
+    requests = await store.list_pending(limit=args.limit)
+    if args.json:
+        for request in requests:
+            print(json.dumps(request.public(), ensure_ascii=False), file=out)
+        return 0
+    if not requests:
+        print("no pending approval requests", file=out)
+        return 0
+    now = store.now()
+    rows = [["ID", "AGE", "TOOL", "ROUTE", "CHANNEL", "VOTES", "DEADLINE"]]
+    for r in requests:
+        approvals = sum(1 for v in r.votes if v.outcome == "approve")
+        rows.append(
+            [
+                r.id,
+                ago(r.created_at, now),
+                clip(r.event.tool_name, 32),
+                r.route,
+                r.channel or "-",
+                f"{approvals}/{r.quorum}",
+                ago(r.deadline_at, now),
+            ]
+        )
+    table(rows, out)
+    return 0
+
+
+def describe(request: ApprovalRequest, now: datetime) -> list[str]:
+    """The request as readable lines (arguments masked as in Slack)."""
+    from bot.masking import hidden_values, mask_arguments, mask_text
+
+    cfg, event, d = request.config, request.event, request.decision
+    hide = hidden_values(event.arguments, cfg.sensitivity)
+    arguments = json.dumps(
+        mask_arguments(event.arguments, cfg.sensitivity), indent=2, ensure_ascii=False, default=str
+    )
+    lines = [
+        f"{request.id}  {request.status}",
+        f"tool:       {event.tool_name} ({event.kind})",
+        f"prompt:     {mask_text(request.prompt, hide=hide)}",
+        f"kind:       {cfg.kind}"
+        + (f" [{', '.join(cfg.options)}]" if cfg.options else "")
+        + f", sensitivity {cfg.sensitivity}",
+        "arguments:  " + arguments.replace("\n", "\n            "),
+    ]
+    for label, value in (
+        ("command", mask_text(event.command or "", hide=hide)),
+        ("path", event.path),
+        ("cwd", event.cwd),
+        ("agent", event.agent),
+        ("session", event.session_id),
+        ("call id", event.call_id),
+        ("requester", request.requester),
+    ):
+        if value:
+            lines.append(f"{label + ':':<11} {value}")
+    lines.append(f"route:      {request.route} → {request.channel or '-'}")
+    reviewers = ", ".join(request.reviewers) or "anyone"
+    lines.append(f"reviewers:  {reviewers} (quorum {request.quorum})")
+    for vote in request.votes:
+        why = f": {vote.reason}" if vote.reason else ""
+        lines.append(f"vote:       {vote.user} {vote.outcome} at {vote.at.isoformat()}{why}")
+    lines.append(
+        f"created:    {request.created_at.isoformat()} ({ago(request.created_at, now)} ago)"
+    )
+    if request.deadline_at:
+        lines.append(
+            f"deadline:   {request.deadline_at.isoformat()} ({ago(request.deadline_at, now)})"
+        )
+    if d is not None:
+        lines.append(
+            f"decision:   {d.outcome} by {d.decided_by or '-'} via {d.via} at "
+            f"{d.decided_at.isoformat()}"
+        )
+        for label, value in (("reason", d.reason), ("input", d.input), ("selection", d.selection)):
+            if value:
+                lines.append(f"{label + ':':<11} {value}")
+        if d.for_session:
+            lines.append("for session: yes")
+    if request.message:
+        lines.append(f"slack:      {request.message.channel} ts {request.message.ts}")
+    return lines
+
+
+async def cmd_show(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
+    request = await store.get(args.id)
+    if args.json:
+        print(json.dumps(request.public(), indent=2, ensure_ascii=False), file=out)
+    else:
+        print("\n".join(describe(request, store.now())), file=out)
+    return 0
+
+
+def operator(name: str | None) -> Actor:
+    who = name or getpass.getuser()
+    return Actor(id=f"cli:{who}", via="cli")
+
+
+async def cmd_decide(
+    args: argparse.Namespace, store: ApprovalStore, out: TextIO, settings: Settings
+) -> int:
+    outcome = "approve" if args.command == "approve" else "deny"
+    try:
+        policy = policy_for(settings)
+    except InvalidRequest as e:  # break-glass must work with a broken policy file
+        print(f"warning: ignoring the policy file: {e.message}", file=sys.stderr)
+        policy = Policy()
+    service = ApprovalService(store, policy)
+    if outcome == "approve":
+        result = await service.decide(
+            args.id,
+            "approve",
+            operator(args.as_name),
+            input=args.input,
+            selection=args.selection,
+            for_session=args.for_session,
+        )
+    else:
+        result = await service.decide(args.id, "deny", operator(args.as_name), reason=args.reason)
+    if result.status != "decided":
+        raise already_decided(result.request)
+    print(f"{result.request.id} {Approval.from_request(result.request).describe()}", file=out)
+    return 0
+
+
+async def cmd_audit(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
+    entries = await store.audit_entries(since=args.since, request_id=args.request_id)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.as_dict(), ensure_ascii=False), file=out)
+        return 0
+    if not entries:
+        print("no audit entries", file=out)
+        return 0
+    rows = [["AT", "ID", "EVENT", "BY", "VIA", "REASON"]]
+    rows += [
+        [
+            e.at.isoformat(timespec="seconds"),
+            e.request_id,
+            e.event,
+            e.by or "-",
+            e.via or "-",
+            clip(e.reason.replace("\n", " "), 60),
+        ]
+        for e in entries
+    ]
+    table(rows, out)
+    return 0
+
+
+# -- commands through the client -----------------------------------------------------------
+
+
+async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
+    try:
+        arguments = json.loads(args.args)
+    except ValueError as e:
+        raise CliError(f"--args is not valid JSON: {e}") from e
+    if not isinstance(arguments, dict):
+        raise CliError('--args must be a JSON object, e.g. \'{"env": "prod"}\'')
+    options = tuple(o.strip() for o in args.options.split(",")) if args.options else None
+    try:
+        config = ApprovalConfig(
+            kind=args.kind,
+            options=options,
+            prompt=args.prompt,
+            sensitivity=args.sensitivity,
+            deadline_seconds=args.deadline,
+        )
+    except ValueError as e:
+        raise CliError(f"invalid request: {e}") from e
+    approval = await client.request(
+        args.tool,
+        arguments,
+        config=config,
+        call_id=args.call_id,
+        session_id=args.session_id,
+        agent=args.agent,
+        channel=args.channel,
+    )
+    if approval.is_pending:
+        print(f"waiting for a decision on {approval.id} …", file=sys.stderr)
+        try:
+            approval = await client.wait(approval.id, args.wait)
+        except ApprovalTimeout as e:
+            print(
+                f"timeout: {e.message} (still pending: approval-bot show {approval.id})",
+                file=sys.stderr,
+            )
+            return 2
+    if args.json:
+        print(json.dumps(approval.model_dump(mode="json"), ensure_ascii=False), file=out)
+    else:
+        print(f"{approval.id} {approval.describe()}", file=out)
+    if approval.approved:
+        return 0
+    return 2 if approval.status == "error" else 1
+
+
+async def cmd_hook(
+    args: argparse.Namespace, client: ApprovalClient, payload: Any, out: TextIO
+) -> int:
+    metadata = hook_metadata(payload)
+    config = ApprovalConfig(deadline_seconds=args.timeout)  # reviewers see the real deadline
+
+    async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        return (await client.submit(event, config, metadata=metadata)).to_request()
+
+    async def wait(request_id: str, timeout: float) -> ApprovalRequest:  # noqa: ASYNC109
+        return (await client.wait(request_id, timeout)).to_request()
+
+    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+        try:
+            cancelled = await client.cancel(request_id, reason=reason, by=f"{args.dialect} hook")
+        except AlreadyDecided:
+            cancelled = await client.get(request_id)
+        return cancelled.to_request()
+
+    budget = time_budget(args.timeout) - (time.monotonic() - _STARTED)
+    output = await run_hook(
+        args.dialect,
+        payload,
+        submit,
+        wait,
+        timeout=max(budget, 0.05),
+        on_timeout=args.on_timeout,
+        cancel=cancel,
+    )
+    if output is not None:
+        print(json.dumps(output, ensure_ascii=False), file=out)
+    return 0

@@ -1,0 +1,131 @@
+"""Block Kit modals (the Deny and Respond dialogs) and refusal texts (pure: dicts out).
+
+Strings from a request are masked and escaped as in `bot.blocks`; a modal's
+title, submit and close texts are cut to Slack's 24 characters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from approvals.models import ApprovalRequest
+from bot import ids
+from bot.blocks import (
+    MAX_SECTION,
+    Block,
+    _plain,
+    _section,
+    _view,
+    clip,
+    clip_escaped,
+    quorum_progress,
+    who,
+)
+from bot.masking import mask_text
+
+MAX_MODAL_TITLE = 24
+RefusalKind = Literal[
+    "already_decided", "not_reviewer", "self_approval", "already_voted", "not_found", "stale_option"
+]
+
+
+# ---------------------------------------------------------------- modals
+
+
+def _modal(
+    req: ApprovalRequest,
+    callback_id: str,
+    title: str,
+    submit: str,
+    blocks: list[Block],
+    channel: str | None,
+    ts: str | None,
+) -> dict[str, Any]:
+    if req.message:
+        channel = channel or req.message.channel
+        ts = ts or req.message.ts
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "private_metadata": ids.encode_metadata(req.id, channel, ts),
+        "title": _plain(title, MAX_MODAL_TITLE),
+        "submit": _plain(submit, MAX_MODAL_TITLE),
+        "close": _plain("Cancel", MAX_MODAL_TITLE),
+        "blocks": blocks,
+    }
+
+
+def _text_input(block_id: str, action_id: str, label: str, *, optional: bool) -> Block:
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "optional": optional,
+        "label": _plain(label, 2000),
+        "element": {
+            "type": "plain_text_input",
+            "action_id": action_id,
+            "multiline": True,
+            "max_length": MAX_SECTION,
+        },
+    }
+
+
+def deny_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Deny dialog: an optional reason the agent is told."""
+    v = _view(req)
+    intro = clip_escaped(f"Deny {v.tool}?\n{v.prompt}", MAX_SECTION)
+    reason = _text_input(ids.REASON_BLOCK, ids.REASON_ACTION, "Reason (optional)", optional=True)
+    reason["hint"] = _plain("The agent is told this reason.", 2000)
+    blocks = [_section(intro), reason]
+    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts)
+
+
+def input_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Respond dialog of kind `input`: the prompt and a required answer."""
+    v = _view(req)
+    answer = _text_input(ids.INPUT_BLOCK, ids.INPUT_ACTION, "Your answer", optional=False)
+    answer["element"]["min_length"] = 1
+    blocks = [_section(clip_escaped(v.prompt, MAX_SECTION)), answer]
+    return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
+
+
+def modal_errors(block_id: str, message: str) -> dict[str, Any]:
+    """A `view_submission` answer that shows `message` under the input `block_id`."""
+    return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
+    """The ephemeral explanation for a click that changed nothing."""
+    if kind == "not_reviewer":
+        return "You are not one of the reviewers for this request."
+    if kind == "self_approval":
+        return "You asked for this; someone else has to decide."
+    if kind == "not_found" or req is None:
+        return "This approval request no longer exists (it may have expired from the record)."
+    if kind == "stale_option":
+        return "That option is not one of this request's options."
+    if kind == "already_voted":
+        progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""
+        return f"You have already voted on this request{progress}."
+    if kind != "already_decided":
+        raise ValueError(f"unknown refusal kind {kind!r}")
+    d = req.decision
+    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    hide = _view(req).hide
+    reason = f": {clip_escaped(mask_text(d.reason, hide=hide), 500)}" if d and d.reason else ""
+    texts = {
+        "approved": f"Already approved{by}.",
+        "denied": f"Already denied{by}{reason}.",
+        "expired": "This request has expired; nothing was changed.",
+        "cancelled": f"This request was cancelled{by}.",
+        "error": f"This request ended with an error{reason}.",
+        "pending": "This request is still waiting for a decision.",
+    }
+    return texts[req.status]
