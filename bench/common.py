@@ -21,8 +21,8 @@ from typing import Any
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from approvals.keys import Keys
 from bot import embedded_redis
+from tests.support import delete_prefix as delete_prefix  # re-exported for the scripts
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -77,20 +77,6 @@ def redis_server(explicit_url: str | None = None, *, embedded: bool = False) -> 
 async def count_clients(redis: Redis, name: str) -> int:
     """Server-side connections whose CLIENT SETNAME is `name` (CLIENT LIST)."""
     return sum(1 for c in await redis.client_list() if c.get("name") == name)
-
-
-async def delete_prefix(redis: Redis, keys: Keys) -> int:
-    """Delete every key under `keys.prefix` (never FLUSHALL a shared server)."""
-    deleted = 0
-    batch: list[str] = []
-    async for key in redis.scan_iter(match=keys.pattern(), count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            deleted += await redis.delete(*batch)
-            batch.clear()
-    if batch:
-        deleted += await redis.delete(*batch)
-    return deleted
 
 
 # -- figures -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
 from bot import embedded_redis
 from bot.context import BotContext
+from tests.support import delete_prefix
 
 
 def _reachable(url: str) -> bool:
@@ -67,18 +68,6 @@ async def redis(redis_url: str, keys: Keys) -> AsyncIterator[Redis]:
     yield client
     await delete_prefix(client, keys)
     await client.aclose()
-
-
-async def delete_prefix(client: Redis, keys: Keys) -> None:
-    """Remove every key under this test's prefix (never FLUSHALL a shared server)."""
-    batch: list[str] = []
-    async for key in client.scan_iter(match=keys.pattern(), count=1000):
-        batch.append(key)
-        if len(batch) >= 500:
-            await client.delete(*batch)
-            batch.clear()
-    if batch:
-        await client.delete(*batch)
 
 
 @pytest.fixture

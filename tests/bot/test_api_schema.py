@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import schemathesis
 from aiohttp import web
-from conftest import delete_prefix
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -38,6 +37,7 @@ from approvals.waiting import Waiter
 from bot.api import add_routes, error_middleware
 from bot.context import BotContext
 from bot.schemas import openapi_document
+from tests.support import delete_prefix
 
 TOKEN = "schema-test-token"
 
