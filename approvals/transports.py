@@ -147,12 +147,6 @@ class RedisTransport(_LoopBound):
             await self.redis.aclose()
 
 
-def ApprovalStoreFor(redis: Redis, keys: Keys) -> Any:
-    from approvals.store import ApprovalStore
-
-    return ApprovalStore(redis, keys)
-
-
 _ERRORS: dict[str, type[ApprovalError]] = {
     cls.code: cls
     for cls in (
