@@ -142,6 +142,11 @@ class ApprovalStore:
             name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
 
+    def _decision_keys(self, request_id: str) -> list[str]:
+        """KEYS of the scripts that take a request out of pending (resolve.lua, vote.lua)."""
+        k = self.keys
+        return [k.request(request_id), k.pending, k.deadlines, k.outbox, k.audit]
+
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
 
@@ -327,13 +332,7 @@ class ApprovalStore:
             raise ValueError("cannot resolve to pending")
         now = self.now()
         result = await self._scripts["resolve"](
-            keys=[
-                self.keys.request(request_id),
-                self.keys.pending,
-                self.keys.deadlines,
-                self.keys.outbox,
-                self.keys.audit,
-            ],
+            keys=self._decision_keys(request_id),
             args=[
                 request_id,
                 new_status,
@@ -398,13 +397,7 @@ class ApprovalStore:
         else:
             decision = Decision.deny(reason, by=user, via=via)
         result = await self._scripts["vote"](
-            keys=[
-                self.keys.request(request_id),
-                self.keys.pending,
-                self.keys.deadlines,
-                self.keys.outbox,
-                self.keys.audit,
-            ],
+            keys=self._decision_keys(request_id),
             args=[
                 request_id,
                 user,

@@ -127,7 +127,9 @@ class Bot:
                 process_before_response=False,
             )
             listeners.register(self.bolt, self.ctx)
-        self.web = build_web_app(self.ctx, self.bolt)
+        # In Socket Mode, interactions arrive over the socket: the HTTP endpoint (which then
+        # has no signing secret to check) must not accept any.
+        self.web = build_web_app(self.ctx, None if cfg.slack_app_token else self.bolt)
         self.runner = web.AppRunner(self.web, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, cfg.host, cfg.port)
@@ -193,15 +195,13 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
 
     async def slack_events(request: web.Request) -> web.Response:
         if bolt is None:
+            message = (
+                "Slack interactions arrive over Socket Mode (SLACK_APP_TOKEN is set), not here"
+                if ctx.slack is not None
+                else "Slack is not configured: set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"
+            )
             return web.json_response(
-                {
-                    "error": {
-                        "code": "slack_not_configured",
-                        "message": "Slack is not configured: set SLACK_BOT_TOKEN and "
-                        "SLACK_SIGNING_SECRET",
-                    }
-                },
-                status=503,
+                {"error": {"code": "slack_not_configured", "message": message}}, status=503
             )
         return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
 

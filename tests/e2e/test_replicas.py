@@ -150,3 +150,16 @@ async def test_socket_mode_click_decides(
     assert req.decision.decided_by == "U0SOCK"
     await slack.wait_for("chat.update", 1)
     assert not has_actions(posted_message(slack, rid)[1])
+
+
+async def test_socket_mode_refuses_interactions_over_http(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    bot = await make_bot(slack_app_token="xapp-test")
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    channel, message = await wait_posted(slack, rid)
+    mallory: Reviewer = reviewer("U0MALLORY")
+    assert await mallory.click(bot, message, channel, ids.APPROVE) == 503
+    assert "Socket Mode" in mallory.last_body
+    assert (await bot.ctx.store.get(rid)).status == "pending"
