@@ -16,7 +16,6 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import aiohttp
 from aiohttp import web
@@ -237,21 +236,13 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     return app
 
 
-def _redis_answers(url: str) -> bool:
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 6379), 1):
-            return True
-    except OSError:
-        return False
-
-
 async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
     """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
-    the policy file."""
+    the policy file. With no REDIS_URL and nothing on localhost:6379, an embedded Redis
+    keeps its data (and its address, for the CLI) in APPROVALS_DATA_DIR/redis."""
     embedded = None
     redis_url = settings.redis_url
-    if redis_url is None and not _redis_answers(settings.redis_url_or_default):
+    if redis_url is None and not embedded_redis.answers(settings.redis_url_or_default):
         data_dir = Path(settings.approvals_data_dir) / "redis"
         embedded = embedded_redis.start(data_dir)
         redis_url = embedded.url
@@ -259,10 +250,16 @@ async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
             "REDIS_URL is not set and nothing answers on localhost:6379: started an "
             "embedded Redis on %s with its data in %s (append-only file on)",
             redis_url,
-            data_dir,
+            embedded.data_dir,
         )
-    redis_url = redis_url or settings.redis_url_or_default
+    try:
+        await _serve(settings, redis_url or settings.redis_url_or_default, stop)
+    finally:
+        if embedded is not None:
+            embedded.stop()
 
+
+async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> None:
     def secret(value: Any) -> str | None:
         return value.get_secret_value() if value is not None else None
 
@@ -306,5 +303,3 @@ async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
         for sig in handled:
             loop.remove_signal_handler(sig)
         await bot.stop()
-        if embedded is not None:
-            embedded.stop()

@@ -38,6 +38,7 @@ from approvals.keys import Keys
 from approvals.policy_file import PolicyError, build_policy
 from approvals.store import ApprovalStore
 from approvals.transports import HttpTransport, RedisTransport
+from bot import embedded_redis
 from bot.commands import (
     CliError,
     cmd_audit,
@@ -52,7 +53,7 @@ from config.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOOK_TIMEOUT = 60.0  # Claude Code's default for command hooks
+DEFAULT_HOOK_TIMEOUT = 60.0  # give the same value as the hook's "timeout" in settings.json
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _REDIS_NEEDED = "pending, show, approve, deny and audit need direct access to the bot's Redis"
@@ -171,8 +172,19 @@ def configure_logging(level: str) -> None:
     )
 
 
+def redis_url(settings: Settings) -> str:
+    """REDIS_URL; else localhost:6379 if it answers; else the embedded server that
+    `approval-bot serve` started with its data in APPROVALS_DATA_DIR."""
+    if settings.redis_url:
+        return settings.redis_url
+    default = settings.redis_url_or_default
+    if embedded_redis.answers(default):
+        return default
+    return embedded_redis.recorded_url(Path(settings.approvals_data_dir) / "redis") or default
+
+
 async def open_store(settings: Settings) -> ApprovalStore:
-    redis = connect(settings.redis_url_or_default, client_name="approval-bot-cli")
+    redis = connect(redis_url(settings), client_name="approval-bot-cli")
     try:
         await redis.ping()
     except Exception as e:
@@ -191,7 +203,7 @@ def open_client(settings: Settings) -> ApprovalClient:
         token = settings.approvals_token.get_secret_value()
         return ApprovalClient(HttpTransport(settings.approvals_url, token))
     transport = RedisTransport(
-        connect(settings.redis_url_or_default, client_name="approval-bot-cli"),
+        connect(redis_url(settings), client_name="approval-bot-cli"),
         Keys(settings.approvals_prefix),
         policy=policy_for(settings),
     )
@@ -262,6 +274,12 @@ def serve(settings: Settings) -> int:
         asyncio.run(serve_bot(settings))
     except KeyboardInterrupt:
         pass
+    except PolicyError as e:
+        print(f"approval-bot: invalid policy file:\n{e.message}", file=sys.stderr)
+        return 2
+    except embedded_redis.NoRedisServer as e:
+        print(f"approval-bot: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,31 @@ def find_server_binary() -> str:
     if not path or not Path(path).exists():
         raise NoRedisServer(INSTALL_HINT)
     return str(path)
+
+
+#: File in a persistent server's data dir holding its URL, so the CLI can find it.
+URL_FILE = "server.url"
+
+
+def answers(url: str, timeout: float = 1.0) -> bool:
+    """True when something accepts connections at the host and port of a redis:// URL."""
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "localhost", parsed.port or 6379), timeout
+        ):
+            return True
+    except OSError:
+        return False
+
+
+def recorded_url(data_dir: str | Path) -> str | None:
+    """The URL of the embedded server `serve` runs with its data in `data_dir`, if it is up."""
+    try:
+        url = (Path(data_dir) / URL_FILE).read_text().strip()
+    except OSError:
+        return None
+    return url if url and answers(url) else None
 
 
 def free_port() -> int:
@@ -74,6 +100,7 @@ class EmbeddedRedis:
         if self.process and self.process.stderr:
             self.process.stderr.close()
         self.process = None
+        (self.data_dir / URL_FILE).unlink(missing_ok=True)
         if not self.persistent:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -83,7 +110,12 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
     without, it keeps nothing and its temporary directory is removed on stop."""
     binary = find_server_binary()
     persistent = data_dir is not None
-    directory = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="approval-bot-redis-"))
+    # Absolute: the server changes into --dir before it opens --logfile.
+    directory = (
+        Path(data_dir).resolve()
+        if data_dir
+        else Path(tempfile.mkdtemp(prefix="approval-bot-redis-"))
+    )
     directory.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     args = [
@@ -119,6 +151,8 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
                     log.info(
                         "embedded redis started binary=%s port=%d dir=%s", binary, port, directory
                     )
+                    if persistent:
+                        (directory / URL_FILE).write_text(server.url + "\n")
                     return server
         except OSError:
             time.sleep(0.05)

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from bot import app as bot_app
+from bot import cli
 from config.settings import load_settings
 
 
@@ -36,11 +37,16 @@ async def wait_healthy(port: int) -> dict[str, object]:
 async def test_serve_without_redis_or_slack_starts_embedded_redis(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(bot_app, "_redis_answers", lambda url: False)  # a fresh machine
+    real_answers = bot_app.embedded_redis.answers
+
+    def answers(url: str, timeout: float = 1.0) -> bool:  # nothing on 6379: a fresh machine
+        return not url.endswith(":6379/0") and real_answers(url, timeout)
+
+    monkeypatch.setattr(bot_app.embedded_redis, "answers", answers)
+    monkeypatch.chdir(tmp_path)  # the default data dir is relative: ./.data
     port = free_port()
-    settings = load_settings(
-        {"PORT": str(port), "APPROVALS_DATA_DIR": str(tmp_path), "APPROVALS_API_TOKENS": "t1"}
-    )
+    env = {"PORT": str(port), "APPROVALS_API_TOKENS": "t1"}
+    settings = load_settings(env)
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
     task = asyncio.create_task(bot_app.serve(settings, stop))
@@ -56,15 +62,24 @@ async def test_serve_without_redis_or_slack_starts_embedded_redis(
                 assert resp.status == 201, await resp.text()
                 created = await resp.json()
         assert created["status"] == "pending"
+        # The CLI (no REDIS_URL either) finds the embedded server through its recorded URL.
+        for name in ("REDIS_URL", "APPROVALS_DATA_DIR", "APPROVALS_PREFIX"):
+            monkeypatch.delenv(name, raising=False)
+        assert (
+            cli.redis_url(load_settings({}))
+            == (tmp_path / ".data/redis/server.url").read_text().strip()
+        )
+        code = await asyncio.to_thread(cli.main, ["approve", created["id"], "--as", "ops"])
+        assert code == 0
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
     messages = [r.getMessage() for r in caplog.records]
-    assert any("embedded Redis" in m and str(tmp_path) in m for m in messages)
+    data_dir = tmp_path / ".data" / "redis"
+    assert any("embedded Redis" in m and str(data_dir) in m for m in messages)
     assert any("Slack is not configured" in m and "SLACK_BOT_TOKEN" in m for m in messages)
-    assert (tmp_path / "redis" / "appendonlydir").exists() or any(
-        p.name.startswith("appendonly") for p in (tmp_path / "redis").iterdir()
-    ), "append-only file on: data survives a restart"
+    assert any(p.name.startswith("appendonly") for p in data_dir.iterdir()), "AOF on"
+    assert not (data_dir / "server.url").exists(), "the address is forgotten at stop"
 
 
 async def test_serve_with_redis_url_uses_it(

@@ -347,7 +347,7 @@ def test_redact_url_leaves_urls_without_a_password_alone() -> None:
 
 # -- the Slack app manifests --
 
-SCOPES = ["chat:write", "im:write", "usergroups:read", "users:read"]
+SCOPES = ["chat:write", "im:write", "usergroups:read"]
 
 
 def manifest(name: str) -> Any:
