@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 import time
 from datetime import datetime
@@ -26,7 +27,23 @@ from approvals.service import Actor, ApprovalService
 from approvals.store import ApprovalStore
 from config.settings import Settings
 
-_STARTED = time.monotonic()  # hooks answer within their timeout, counted from here
+
+def process_age() -> float:
+    """Seconds since this process was spawned (Linux /proc; 0 where unavailable). The agent's
+    hook timeout runs from the spawn, so interpreter start-up and imports count against it."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+#: When this process was spawned, on the monotonic clock: hooks answer within their timeout
+#: counted from here.
+PROCESS_STARTED = time.monotonic() - process_age()
 
 
 class CliError(Exception):
@@ -297,7 +314,7 @@ async def cmd_hook(
             cancelled = await client.get(request_id)
         return cancelled.to_request()
 
-    budget = time_budget(args.timeout) - (time.monotonic() - _STARTED)
+    budget = time_budget(args.timeout) - (time.monotonic() - PROCESS_STARTED)
     output = await run_hook(
         args.dialect,
         payload,

@@ -341,7 +341,7 @@ async def test_claude_code_hook_answers_before_its_timeout(
             "sys.stdin", io.StringIO(hook_input(tool_use_id=f"toolu_t_{on_timeout}"))
         )
         # The module's start time is long past: measure from now via a fresh budget.
-        monkeypatch.setattr("bot.commands._STARTED", time.monotonic())
+        monkeypatch.setattr("bot.commands.PROCESS_STARTED", time.monotonic())
         started = loop.time()
         assert await cli("hook", "claude-code", "--timeout", "2", "--on-timeout", on_timeout) == 0
         assert loop.time() - started < 2.0

@@ -1,0 +1,185 @@
+"""Agent hooks end to end: Claude Code and Codex wait on a real bot until a signed Slack click."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bot import ids
+from bot.app import Bot
+from tests.e2e.harness import BotFactory, Reviewer
+from tests.slack_emulator import SlackEmulator
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def claude_payload(event: str = "PreToolUse", **extra: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "session_id": "sess-e2e",
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/srv/app",
+        "hook_event_name": event,
+        "tool_name": "Bash",
+        "tool_input": {"command": "kubectl rollout restart deploy/web"},
+        "permission_mode": "default",
+    }
+    if event == "PreToolUse":
+        payload["tool_use_id"] = f"toolu_{time.monotonic_ns()}"
+    payload.update(extra)
+    return payload
+
+
+async def click_when_posted(
+    slack: SlackEmulator, bot: Bot, who: Reviewer, action: str, **submit: str
+) -> str:
+    """Wait for the bot's post, click `action` on it (signed); for Deny, submit the modal."""
+    await slack.wait_for("chat.postMessage", 1, timeout=10)
+    (channel, ts), message = next(iter(slack.messages.items()))
+    assert await who.click(bot, message, channel, action) == 200
+    if action == ids.DENY:
+        (opened,) = await slack.wait_for("views.open", 1)
+        view = opened.body["view"]
+        view = json.loads(view) if isinstance(view, str) else view
+        values = {ids.REASON_BLOCK: {ids.REASON_ACTION: submit.get("reason", "")}}
+        assert await who.submit(bot, view, values) == 200
+    return ts
+
+
+async def test_claude_code_http_hook_waits_for_a_signed_click(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, http: aiohttp.ClientSession
+) -> None:
+    bot = await make_bot()
+    url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?timeout=30"
+    headers = {"Authorization": "Bearer test-token"}
+
+    async def hook() -> tuple[int, dict[str, Any], float]:
+        start = time.monotonic()
+        async with http.post(url, json=claude_payload(), headers=headers) as resp:
+            return resp.status, await resp.json(), time.monotonic() - start
+
+    call = asyncio.create_task(hook())
+    await click_when_posted(slack, bot, reviewer("U0ALICE"), ids.APPROVE)
+    status, output, _ = await asyncio.wait_for(call, 10)
+    assert status == 200
+    assert output["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
+    assert output["hookSpecificOutput"]["permissionDecision"] == "allow"
+    # The Slack message showed the command the agent is about to run.
+    assert "kubectl rollout restart" in json.dumps(next(iter(slack.messages.values())))
+
+
+async def test_claude_code_http_hook_denial_carries_the_reason(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, http: aiohttp.ClientSession
+) -> None:
+    bot = await make_bot()
+    url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?timeout=30"
+    call = asyncio.create_task(
+        http.post(url, json=claude_payload(), headers={"Authorization": "Bearer test-token"})
+    )
+    await click_when_posted(slack, bot, reviewer("U0BOB"), ids.DENY, reason="freeze until 5pm")
+    resp = await asyncio.wait_for(call, 10)
+    output = await resp.json()
+    resp.release()
+    decision = output["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+    assert "freeze until 5pm" in decision["permissionDecisionReason"]
+
+
+async def run_command_hook(
+    bot: Bot, dialect: str, payload: dict[str, Any], *args: str
+) -> tuple[int, str, str]:
+    """`approval-bot hook DIALECT` as the agent runs it: a process, JSON on stdin."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN="test-token")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "hook", dialect, *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(json.dumps(payload).encode()), 30)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_claude_code_command_hook_waits_for_a_signed_click(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    bot = await make_bot()
+    call = asyncio.create_task(
+        run_command_hook(bot, "claude-code", claude_payload(), "--timeout", "30")
+    )
+    await click_when_posted(slack, bot, reviewer("U0ALICE"), ids.APPROVE)
+    code, out, err = await call
+    assert code == 0, err
+    output = json.loads(out)
+    assert output["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+async def test_claude_code_permission_request_denied_in_slack(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    bot = await make_bot()
+    payload = claude_payload("PermissionRequest")
+    call = asyncio.create_task(run_command_hook(bot, "claude-code", payload, "--timeout", "30"))
+    await click_when_posted(slack, bot, reviewer("U0BOB"), ids.DENY, reason="use staging")
+    code, out, err = await call
+    assert code == 0, err
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["hookEventName"] == "PermissionRequest"
+    assert decision["decision"]["behavior"] == "deny"
+    assert "use staging" in decision["decision"]["message"]
+
+
+async def test_command_hook_timeout_answers_before_the_agent_gives_up(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    bot = await make_bot()
+    start = time.monotonic()
+    code, out, err = await run_command_hook(
+        bot, "claude-code", claude_payload(), "--timeout", "3", "--on-timeout", "deny"
+    )
+    elapsed = time.monotonic() - start
+    assert code == 0, err
+    assert elapsed < 3, f"answered after {elapsed:.1f}s, past the hook's 3 s timeout"
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+    assert "no approval decision within" in decision["permissionDecisionReason"].lower()
+    # The withdrawn request's message says so: no buttons left for a late click.
+    await slack.wait_for("chat.update", 1, timeout=5)
+
+
+async def test_codex_pre_tool_use_runs_on_approve_and_is_blocked_on_deny(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    bot = await make_bot()
+    payload = {
+        "session_id": "codex-1",
+        "cwd": "/srv/app",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "shell",
+        "tool_input": {"command": ["rm", "-rf", "build/"]},
+        "tool_use_id": "call_1",
+    }
+    call = asyncio.create_task(run_command_hook(bot, "codex", payload, "--timeout", "30"))
+    await click_when_posted(slack, bot, reviewer("U0ALICE"), ids.APPROVE)
+    code, out, err = await call
+    assert code == 0, err
+    assert out.strip() == "", "no output lets the call run"
+
+    slack.reset()
+    denied = {**payload, "tool_use_id": "call_2"}
+    call = asyncio.create_task(run_command_hook(bot, "codex", denied, "--timeout", "30"))
+    await click_when_posted(slack, bot, reviewer("U0ALICE"), ids.DENY, reason="not build/")
+    code, out, err = await call
+    assert code == 0, err
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+    assert "not build/" in decision["permissionDecisionReason"]
