@@ -113,7 +113,7 @@ class Dispatcher:
         self.slack = ctx.slack
         self.options = options or DispatcherOptions()
         self.outbox = Outbox(ctx.redis, ctx.keys, consumer)
-        self._queues: dict[str, asyncio.Queue[tuple[OutboxEntry, ApprovalRequest | None]]] = {}
+        self._queues: dict[str, asyncio.Queue[OutboxEntry]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._paces: dict[str, _ChannelPace] = {}
         self._in_flight: set[str] = set()
@@ -156,30 +156,24 @@ class Dispatcher:
                 await asyncio.sleep(1.0)
 
     async def _route(self, entries: list[OutboxEntry]) -> None:
-        found = await self.ctx.store.get_many(e.request_id for e in entries)
+        # Each entry names its channel. Posts and updates of one channel have separate
+        # workers: an update (buttons gone) never waits behind paced posts.
         for entry in entries:
-            request = found.get(entry.request_id)
-            channel = entry.fields.get("to") if entry.op == "escalated" else None
-            channel = channel or (request.channel if request else None) or "-"
-            if entry.op == "escalated":
-                channel = "escalated:" + channel
+            channel = entry.fields.get("channel") or "-"
+            kind = "post" if entry.op == "post" else "update"
             self._in_flight.add(entry.entry_id)
-            self._queue(channel).put_nowait((entry, request))
+            self._queue(f"{kind}:{channel}").put_nowait(entry)
 
-    def _queue(self, channel: str) -> asyncio.Queue[tuple[OutboxEntry, ApprovalRequest | None]]:
-        queue = self._queues.get(channel)
+    def _queue(self, name: str) -> asyncio.Queue[OutboxEntry]:
+        queue = self._queues.get(name)
         if queue is None:
-            queue = self._queues[channel] = asyncio.Queue()
-            self._workers[channel] = asyncio.create_task(
-                self._work(channel, queue), name=f"dispatch-{channel}"
-            )
+            queue = self._queues[name] = asyncio.Queue()
+            self._workers[name] = asyncio.create_task(self._work(queue), name=f"dispatch-{name}")
         return queue
 
-    async def _work(
-        self, channel: str, queue: asyncio.Queue[tuple[OutboxEntry, ApprovalRequest | None]]
-    ) -> None:
+    async def _work(self, queue: asyncio.Queue[OutboxEntry]) -> None:
         while True:
-            entry, _ = await queue.get()
+            entry = await queue.get()
             try:
                 await self._handle(entry)
                 await self.outbox.ack(entry.entry_id)
@@ -263,6 +257,13 @@ class Dispatcher:
     async def _update(self, request: ApprovalRequest) -> None:
         if request.message is None:
             return
+        # The outcome is drawn once, whichever path gets here first (the decision's own
+        # outbox entry, or a post that found the request decided as it landed).
+        lock = None
+        if not request.is_pending:
+            lock = self.ctx.keys.lock(f"drawn:{request.id}:{request.message.ts}")
+            if not await self.ctx.redis.set(lock, request.status, nx=True, ex=POST_LOCK_SECONDS):
+                return
         message = blocks.message_for(request)
         try:
             await self._call(
@@ -275,6 +276,10 @@ class Dispatcher:
             self.ctx.count("slack_updates")
         except _Permanent as e:
             log.warning("could not update message id=%s error=%s", request.id, e.error)
+        except BaseException:
+            if lock is not None:
+                await self.ctx.redis.delete(lock)  # let the retry draw it
+            raise
 
     async def _mark_escalated(self, request: ApprovalRequest, entry: OutboxEntry) -> None:
         raw = entry.fields.get("message")

@@ -35,6 +35,7 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[6])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1],
+  'channel', ARGV[9])
 redis.call('EXPIRE', KEYS[5], ARGV[6])
 return {1, ARGV[1]}

@@ -11,6 +11,7 @@ if status ~= 'pending' or redis.call('HGET', KEYS[1], 'deadline') ~= ARGV[2] the
   return {0, status}
 end
 local from_route = redis.call('HGET', KEYS[1], 'route') or ''
+local from_channel = redis.call('HGET', KEYS[1], 'channel') or ''
 local from_message = redis.call('HGET', KEYS[1], 'message') or ''
 local n = redis.call('HINCRBY', KEYS[1], 'escalations', 1)
 redis.call('HSET', KEYS[1], 'route', ARGV[3], 'channel', ARGV[4], 'deadline', ARGV[5],
@@ -23,8 +24,9 @@ end
 redis.call('EXPIRE', KEYS[1], ARGV[9])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*', 'op', 'escalated', 'id', ARGV[1],
-  'message', from_message, 'to', ARGV[4])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*', 'op', 'post', 'id', ARGV[1])
+  'message', from_message, 'to', ARGV[4], 'channel', from_channel)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*', 'op', 'post', 'id', ARGV[1],
+  'channel', ARGV[4])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[1], 'event', 'escalated',
   'status', 'pending', 'by', 'system', 'via', 'timeout', 'at', ARGV[8],
   'reason', from_route .. ' -> ' .. ARGV[3])

@@ -19,7 +19,8 @@ redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'op', 'update', 'id', ARGV[1])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'op', 'update', 'id', ARGV[1],
+  'channel', redis.call('HGET', KEYS[1], 'channel') or '')
 redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[1], 'event', ARGV[2],
   'status', ARGV[2], 'by', ARGV[7], 'via', ARGV[8], 'at', ARGV[4], 'reason', ARGV[9])

@@ -27,14 +27,16 @@ end
 local new_status = nil
 if ARGV[3] == 'deny' then new_status = 'denied' elseif approvals >= quorum then new_status = 'approved' end
 if not new_status then
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1],
+    'channel', redis.call('HGET', KEYS[1], 'channel') or '')
   return {3, approvals, quorum}
 end
 redis.call('HSET', KEYS[1], 'status', new_status, 'decision', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1],
+  'channel', redis.call('HGET', KEYS[1], 'channel') or '')
 redis.call('EXPIRE', KEYS[4], ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', new_status,
   'status', new_status, 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[10])

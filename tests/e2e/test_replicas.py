@@ -9,6 +9,7 @@ from typing import Any
 
 from approvals.models import ApprovalEvent
 from approvals.outbox import Outbox
+from approvals.service import Actor
 from bot import ids
 from bot.app import Bot
 from bot.dispatcher import DispatcherOptions
@@ -163,3 +164,29 @@ async def test_socket_mode_refuses_interactions_over_http(
     assert await mallory.click(bot, message, channel, ids.APPROVE) == 503
     assert "Socket Mode" in mallory.last_body
     assert (await bot.ctx.store.get(rid)).status == "pending"
+
+
+async def test_decision_landing_as_the_post_is_recorded_updates_the_message_once(
+    make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
+) -> None:
+    bot = await make_bot()
+    assert bot.ctx is not None
+    ctx = bot.ctx
+    record = ctx.store.set_message
+
+    async def record_then_decide(request_id: str, message: Any) -> bool:
+        written = await record(request_id, message)
+        # A decision arrives right after the ts is recorded, before the dispatcher re-reads.
+        await ctx.service.decide(request_id, "approve", Actor("cli:ops", via="cli"))
+        await asyncio.sleep(0.3)  # the decision's own update entry is handled meanwhile
+        return written
+
+    monkeypatch.setattr(ctx.store, "set_message", record_then_decide)
+    rid = await submit(bot)
+    req = await ctx.waiter.wait(rid, timeout=5)
+    assert req.status == "approved"
+    await slack.wait_for("chat.update", 1)
+    await asyncio.sleep(0.5)
+    assert len(slack.calls_to("chat.postMessage")) == 1
+    assert len(slack.calls_to("chat.update")) == 1, "the outcome is drawn once"
+    assert not has_actions(posted_message(slack, rid)[1])
