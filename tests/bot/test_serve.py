@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import socket
 from pathlib import Path
 
@@ -104,3 +106,61 @@ async def test_serve_with_redis_url_uses_it(
         stop.set()
         await asyncio.wait_for(task, 20)
     assert started == []
+
+
+async def test_sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one(
+    redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "rules:\n  - name: reads\n    action: allow\n    match: {tool: read_*}\n"
+    )
+    port = free_port()
+    settings = load_settings(
+        {
+            "PORT": str(port),
+            "REDIS_URL": redis_url,
+            "APPROVALS_PREFIX": f"hup-{port}",
+            "APPROVALS_POLICY_FILE": str(policy),
+            "APPROVALS_API_TOKENS": "t1",
+        }
+    )
+    caplog.set_level(logging.INFO)
+    stop = asyncio.Event()
+    task = asyncio.create_task(bot_app.serve(settings, stop))
+
+    async def ask(tool: str) -> str:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                f"http://127.0.0.1:{port}/v1/approvals",
+                json={"tool_name": tool, "arguments": {}},
+                headers={"Authorization": "Bearer t1"},
+            ) as resp:
+                return str((await resp.json())["status"])
+
+    async def hangup() -> None:
+        loop = asyncio.get_running_loop()
+        handlers = getattr(loop, "_signal_handlers", {})
+        assert signal.SIGHUP in handlers, "serve handles SIGHUP (else it would kill us)"
+        os.kill(os.getpid(), signal.SIGHUP)
+        await asyncio.sleep(0.2)
+
+    try:
+        await wait_healthy(port)
+        assert await ask("read_file") == "approved"
+        assert await ask("delete_file") == "pending"
+        policy.write_text(
+            "routes:\n  default:\n    channel: C0APPROVALS\n"
+            "rules:\n  - name: no-deletes\n    action: deny\n    match: {tool: delete_*}\n"
+        )
+        await hangup()
+        assert await ask("delete_file") == "denied"
+        assert await ask("read_file") == "pending"
+        policy.write_text("routes: {default: {channel: not-a-channel}}\n")
+        await hangup()
+        assert await ask("delete_file") == "denied", "a bad file keeps the old policy"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+    assert any("policy reload failed" in r.getMessage() for r in caplog.records)
