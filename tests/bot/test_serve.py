@@ -12,9 +12,21 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from approvals.connection import connect
+from approvals.keys import Keys
 from bot import app as bot_app
 from bot import cli
 from config.settings import load_settings
+from tests.support import delete_prefix
+
+
+async def forget(redis_url: str, prefix: str) -> None:
+    """Delete what a serve run on the shared Redis wrote under its own prefix."""
+    client = connect(redis_url, max_connections=2)
+    try:
+        await delete_prefix(client, Keys(prefix))
+    finally:
+        await client.aclose()
 
 
 def free_port() -> int:
@@ -105,6 +117,7 @@ async def test_serve_with_redis_url_uses_it(
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
+        await forget(redis_url, settings.approvals_prefix)
     assert started == []
 
 
@@ -163,4 +176,5 @@ async def test_sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one(
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
+        await forget(redis_url, settings.approvals_prefix)
     assert any("policy reload failed" in r.getMessage() for r in caplog.records)
