@@ -26,8 +26,6 @@ import contextlib  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections import Counter  # noqa: E402
@@ -42,10 +40,13 @@ from redis.asyncio import Redis  # noqa: E402
 from approvals.connection import DEFAULT_MAX_CONNECTIONS, connect  # noqa: E402
 from approvals.keys import Keys  # noqa: E402
 from bench.common import (  # noqa: E402
+    add_redis_arguments,
     count_clients,
     delete_prefix,
+    machine,
     redis_server,
     rss_kib,
+    server_name,
     summarize_ms,
     table,
     verdict,
@@ -421,12 +422,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
     keys = Keys(f"bench-{run_id}")
     admin = connect(url, max_connections=4, client_name=f"bench-e2e-{run_id}")
     try:
-        info = await admin.info("server")
-        server = (
-            "valkey " + str(info["valkey_version"])
-            if "valkey_version" in info
-            else "redis " + str(info.get("redis_version"))
-        )
+        server = await server_name(admin)
         async with running_rig(url, keys, run_id) as rig:
             names = bot_client_names(rig.bot.config.consumer)
             rss_started = settled_rss()
@@ -483,9 +479,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "bench": "e2e",
         "redis": server,
         "redis_url": url,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
+        **machine(),
         "slack_pacing": False,
         "one_process": True,
         "warmup_cycles": args.warmup,
@@ -690,16 +684,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="cycles run one at a time for the unloaded latencies (default 200)",
     )
     p.add_argument("--warmup", type=int, default=20, help="untimed cycles first (default 20)")
-    p.add_argument(
-        "--redis-url",
-        help="Redis to use (default: REDIS_URL or 127.0.0.1:6379 "
-        "if it answers, else a throwaway server)",
-    )
-    p.add_argument(
-        "--embedded",
-        action="store_true",
-        help="use a private throwaway server (no other clients to disturb the run)",
-    )
+    add_redis_arguments(p)
     p.add_argument(
         "--settle",
         type=float,

@@ -24,7 +24,6 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-import platform  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -42,13 +41,16 @@ from approvals.store import ApprovalStore  # noqa: E402
 from approvals.waiting import Waiter  # noqa: E402
 from bench.common import (  # noqa: E402
     GcPauses,
+    add_redis_arguments,
     count_clients,
     delete_prefix,
     gc_summary,
+    machine,
     pace,
     recv,
     redis_server,
     rss_kib,
+    server_name,
     spawn,
     summarize_ms,
     table,
@@ -434,6 +436,11 @@ def judge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def latency_row(who: str, measured_from: str, s: dict[str, Any], target: str) -> list[object]:
+    """A row of the wake-up latency table from a `summarize_ms` result."""
+    return [who, measured_from, s["p50_ms"], s["p99_ms"], s["max_ms"], target]
+
+
 def print_report(
     meta: dict[str, Any],
     runs: list[dict[str, Any]],
@@ -466,37 +473,13 @@ def print_report(
             if r["waiters"] == 1000 and key == "from_call":
                 mark = f"{verdict(s['p99_ms'] < P99_TARGET_MS)} (p99 < {P99_TARGET_MS:g})"
             who = f"Waiter, {r['waiters']:,} waiting" if key == "from_call" else ""
-            rows.append([who, label, s["p50_ms"], s["p99_ms"], s["max_ms"], mark])
+            rows.append(latency_row(who, label, s, mark))
+    poller = f"poll every {polling['period_s']:g} s ({polling['pollers']})"
+    rows.append(latency_row(poller, "CAS reply received", polling, "comparison"))
     rows.append(
-        [
-            f"poll every {polling['period_s']:g} s ({polling['pollers']})",
-            "CAS reply received",
-            polling["p50_ms"],
-            polling["p99_ms"],
-            polling["max_ms"],
-            "comparison",
-        ]
+        latency_row("bare PUBLISH → subscriber", "PUBLISH sent", floor["from_call"], "floor")
     )
-    rows.append(
-        [
-            "bare PUBLISH → subscriber",
-            "PUBLISH sent",
-            floor["from_call"]["p50_ms"],
-            floor["from_call"]["p99_ms"],
-            floor["from_call"]["max_ms"],
-            "floor",
-        ]
-    )
-    rows.append(
-        [
-            "",
-            "PUBLISH reply",
-            floor["from_ack"]["p50_ms"],
-            floor["from_ack"]["p99_ms"],
-            floor["from_ack"]["max_ms"],
-            "",
-        ]
-    )
+    rows.append(latency_row("", "PUBLISH reply", floor["from_ack"], ""))
     print("wake-up latency, ms")
     print(table(["who wakes", "measured from", "p50", "p99", "max", "target"], rows))
 
@@ -575,12 +558,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
     began = time.perf_counter()
     redis = connect(url, max_connections=64, client_name="bench-decider")
     try:
-        info = await redis.info("server")
-        server = (
-            "valkey " + str(info["valkey_version"])
-            if "valkey_version" in info
-            else "redis " + str(info.get("redis_version"))
-        )
+        server = await server_name(redis)
         print(f"# floor: {args.floor_messages:,} PUBLISH → subscriber", flush=True)
         floor = await run_floor(redis, url, args.floor_messages, args.floor_rate)
         print(f"# polling: {args.pollers} pollers every {args.poll_period:g} s", flush=True)
@@ -594,9 +572,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
     meta = {
         "redis": server,
         "redis_url": url,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
+        **machine(),
         "samples": args.samples,
         "rate": args.rate,
         "waiter_pool": args.waiter_pool,
@@ -623,16 +599,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=lambda s: [int(x) for x in s.split(",") if x.strip()],
         help="comma-separated numbers of concurrent waiters (default 1000,10000)",
     )
-    p.add_argument(
-        "--redis-url",
-        help="Redis to use (default: REDIS_URL or 127.0.0.1:6379 "
-        "if it answers, else a throwaway server)",
-    )
-    p.add_argument(
-        "--embedded",
-        action="store_true",
-        help="use a private throwaway server (no other clients to disturb the run)",
-    )
+    add_redis_arguments(p)
     p.add_argument(
         "--samples",
         type=int,

@@ -1,16 +1,18 @@
-"""Helpers shared by the benchmark scripts: Redis selection, percentiles, RSS, client counts,
-GC pauses, child processes and pacing.
+"""Helpers shared by the benchmark scripts: Redis selection, run facts, percentiles, RSS,
+client counts, GC pauses, child processes and pacing.
 
 Scripts put the repository root on `sys.path` before importing this module.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import math
 import multiprocessing as mp
 import os
+import platform
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +41,20 @@ def answers_ping(url: str) -> bool:
             client.close()
     except (redis_sync.RedisError, OSError):
         return False
+
+
+def add_redis_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--redis-url` and `--embedded`, the arguments of `redis_server`."""
+    parser.add_argument(
+        "--redis-url",
+        help="Redis to use (default: REDIS_URL or 127.0.0.1:6379 "
+        "if it answers, else a throwaway server)",
+    )
+    parser.add_argument(
+        "--embedded",
+        action="store_true",
+        help="use a private throwaway server (no other clients to disturb the run)",
+    )
 
 
 @contextmanager
@@ -72,6 +88,23 @@ def redis_server(explicit_url: str | None = None, *, embedded: bool = False) -> 
         yield server.url
     finally:
         server.stop()
+
+
+async def server_name(redis: Redis) -> str:
+    """The server and its version (INFO server), e.g. ``valkey 8.0.1`` or ``redis 7.4.2``."""
+    info = await redis.info("server")
+    if "valkey_version" in info:
+        return "valkey " + str(info["valkey_version"])
+    return "redis " + str(info.get("redis_version"))
+
+
+def machine() -> dict[str, Any]:
+    """The Python version, CPU count and 1-minute load average, for a result's header."""
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 async def count_clients(redis: Redis, name: str) -> int:

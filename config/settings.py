@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
+    BeforeValidator,
     Field,
     SecretStr,
     ValidationError,
     field_serializer,
-    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -110,9 +110,10 @@ def _split(value: Any) -> Any:
     return value
 
 
-def _http_url(value: str) -> bool:
+def _require_http_url(value: str, example: str) -> None:
     parts = urlsplit(value)
-    return parts.scheme in ("http", "https") and bool(parts.netloc)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"must be an http(s) URL such as {example}")
 
 
 def redact_url(url: str) -> str:
@@ -123,6 +124,158 @@ def redact_url(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+# -- field checks (messages never include a secret's value) --
+#
+# Each field's check sits in its type. `_on_text(check)` strips the value and
+# calls `check(text)`, which returns the value (normalised) or raises ValueError
+# with the message of its line; input that is not text is left to pydantic.
+# `_on_path` does the same for paths; `_port` and the comma lists take any input.
+
+
+def _on_text(check: Callable[[str], Any]) -> BeforeValidator:
+    """Strip the value and, if it is text, return `check(text)`."""
+
+    def validate(value: Any) -> Any:
+        value = _text(value)
+        return check(value) if isinstance(value, str) else value
+
+    return BeforeValidator(validate)
+
+
+def _on_path(check: Callable[[Path], None]) -> BeforeValidator:
+    """Strip the value; text or a Path becomes a Path with ``~`` expanded, then `check(path)`."""
+
+    def validate(value: Any) -> Any:
+        value = _text(value)
+        if isinstance(value, str | Path):
+            value = Path(value).expanduser()
+            check(value)
+        return value
+
+    return BeforeValidator(validate)
+
+
+def _no_spaces(value: str) -> str:
+    if not _NO_SPACE.fullmatch(value):
+        raise ValueError("must not contain spaces")
+    return value
+
+
+def _slack_token(
+    kind: re.Pattern[str], message: str, *, other_prefix: str, other_message: str
+) -> Callable[[str], str]:
+    """A check for one kind of Slack token that says where the other kind belongs."""
+
+    def check(value: str) -> str:
+        if not kind.fullmatch(value):
+            raise ValueError(other_message if value.startswith(other_prefix) else message)
+        return value
+
+    return check
+
+
+_bot_token = _slack_token(
+    _BOT_TOKEN,
+    "must be a bot token starting with xoxb-",
+    other_prefix="xapp-",
+    other_message="this is an app-level token (xapp-); put it in SLACK_APP_TOKEN",
+)
+_app_token = _slack_token(
+    _APP_TOKEN,
+    "must be an app-level token starting with xapp-",
+    other_prefix="xoxb-",
+    other_message="this is a bot token (xoxb-); put it in SLACK_BOT_TOKEN",
+)
+
+
+def _slack_api_url(value: str) -> str:
+    _require_http_url(value, DEFAULT_SLACK_API_URL)
+    return value if value.endswith("/") else value + "/"
+
+
+def _approvals_url(value: str) -> str:
+    _require_http_url(value, "http://localhost:3000")
+    return value.rstrip("/")
+
+
+def _redis_url(value: str) -> str:
+    if urlsplit(value).scheme not in _REDIS_SCHEMES:
+        raise ValueError(f"must be a redis://, rediss:// or unix:// URL, e.g. {DEFAULT_REDIS_URL}")
+    return value
+
+
+def _prefix(value: str) -> str:
+    if not _KEY_PREFIX.fullmatch(value) or value.endswith(":"):
+        raise ValueError(
+            "must be letters, digits and _ . : { } - only, not ending in ':' "
+            "(e.g. approvals or {approvals})"
+        )
+    return value
+
+
+def _log_level(value: str) -> str:
+    value = value.upper()
+    if value not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return value
+
+
+def _channel(value: str) -> str:
+    if not _CHANNEL_ID.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a channel id; use the id (e.g. C0123ABCDEF) from the "
+            "channel's details, not its name"
+        )
+    return value
+
+
+def _data_dir(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} exists and is not a directory")
+
+
+def _policy_file(path: Path) -> None:
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+
+
+def _port(value: Any) -> Any:
+    """Text must be an integer; any integer (text or not) must be a port number."""
+    value = _text(value)
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError("must be an integer between 1 and 65535") from None
+    if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 65535:
+        raise ValueError("must be between 1 and 65535")
+    return value
+
+
+def _api_tokens(value: Any) -> Any:
+    value = _split(value)
+    if isinstance(value, tuple):
+        for n, token in enumerate(value, 1):
+            if isinstance(token, str) and not _NO_SPACE.fullmatch(token):
+                raise ValueError(f"token {n} contains spaces (separate tokens with commas)")
+    return value
+
+
+def _reviewers(value: Any) -> Any:
+    value = _split(value)
+    if isinstance(value, tuple):
+        bad = [
+            item for item in value if not isinstance(item, str) or not _REVIEWER_ID.fullmatch(item)
+        ]
+        if bad:
+            listed = ", ".join(repr(item) for item in bad)
+            raise ValueError(
+                f"{listed}: not a Slack user id (U…, W…) or user group id (S…); "
+                "separate ids with commas"
+            )
+    return value
 
 
 class Settings(BaseSettings):
@@ -139,192 +292,60 @@ class Settings(BaseSettings):
     )
 
     # Slack
-    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
-    slack_signing_secret: SecretStr | None = Field(None, validation_alias="SLACK_SIGNING_SECRET")
-    slack_app_token: SecretStr | None = Field(None, validation_alias="SLACK_APP_TOKEN")
-    slack_api_url: str = Field(DEFAULT_SLACK_API_URL, validation_alias="SLACK_API_URL")
+    slack_bot_token: Annotated[SecretStr | None, _on_text(_bot_token)] = Field(
+        None, validation_alias="SLACK_BOT_TOKEN"
+    )
+    slack_signing_secret: Annotated[SecretStr | None, _on_text(_no_spaces)] = Field(
+        None, validation_alias="SLACK_SIGNING_SECRET"
+    )
+    slack_app_token: Annotated[SecretStr | None, _on_text(_app_token)] = Field(
+        None, validation_alias="SLACK_APP_TOKEN"
+    )
+    slack_api_url: Annotated[str, _on_text(_slack_api_url)] = Field(
+        DEFAULT_SLACK_API_URL, validation_alias="SLACK_API_URL"
+    )
     #: Pace chat.postMessage per channel (~1/s); off only for benchmarks.
     approvals_slack_pacing: bool = Field(True, validation_alias="APPROVALS_SLACK_PACING")
 
     # Serving and storage
     #: None = not set: `serve` may start the embedded server; see `redis_url_or_default`.
-    redis_url: str | None = Field(None, validation_alias="REDIS_URL", repr=False)
-    port: int = Field(3000, validation_alias="PORT")
+    redis_url: Annotated[str | None, _on_text(_redis_url)] = Field(
+        None, validation_alias="REDIS_URL", repr=False
+    )
+    port: Annotated[int, BeforeValidator(_port)] = Field(3000, validation_alias="PORT")
     #: Key prefix in Redis (a `{hash tag}` keeps every key in one Cluster slot).
-    approvals_prefix: str = Field("approvals", validation_alias="APPROVALS_PREFIX")
+    approvals_prefix: Annotated[str, _on_text(_prefix)] = Field(
+        "approvals", validation_alias="APPROVALS_PREFIX"
+    )
     #: Where the embedded Redis keeps its data (append-only file).
-    approvals_data_dir: Path = Field(Path(".data"), validation_alias="APPROVALS_DATA_DIR")
-    log_level: str = Field("INFO", validation_alias="LOG_LEVEL")
+    approvals_data_dir: Annotated[Path, _on_path(_data_dir)] = Field(
+        Path(".data"), validation_alias="APPROVALS_DATA_DIR"
+    )
+    log_level: Annotated[str, _on_text(_log_level)] = Field("INFO", validation_alias="LOG_LEVEL")
 
     # Who may call, who decides, where it goes
-    approvals_api_tokens: Annotated[tuple[SecretStr, ...], NoDecode] = Field(
-        (), validation_alias="APPROVALS_API_TOKENS"
-    )
-    approvals_default_channel: str | None = Field(
+    approvals_api_tokens: Annotated[
+        tuple[SecretStr, ...], NoDecode, BeforeValidator(_api_tokens)
+    ] = Field((), validation_alias="APPROVALS_API_TOKENS")
+    approvals_default_channel: Annotated[str | None, _on_text(_channel)] = Field(
         None, validation_alias="APPROVALS_DEFAULT_CHANNEL"
     )
-    approvals_reviewers: Annotated[tuple[str, ...], NoDecode] = Field(
+    approvals_reviewers: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_reviewers)] = Field(
         (), validation_alias="APPROVALS_REVIEWERS"
     )
-    approvals_policy_file: Path | None = Field(None, validation_alias="APPROVALS_POLICY_FILE")
+    approvals_policy_file: Annotated[Path | None, _on_path(_policy_file)] = Field(
+        None, validation_alias="APPROVALS_POLICY_FILE"
+    )
 
     # For the CLI and hooks talking to a remote bot
-    approvals_url: str | None = Field(None, validation_alias="APPROVALS_URL")
-    approvals_token: SecretStr | None = Field(None, validation_alias="APPROVALS_TOKEN")
+    approvals_url: Annotated[str | None, _on_text(_approvals_url)] = Field(
+        None, validation_alias="APPROVALS_URL"
+    )
+    approvals_token: Annotated[SecretStr | None, _on_text(_no_spaces)] = Field(
+        None, validation_alias="APPROVALS_TOKEN"
+    )
 
-    # -- field checks (messages never include a secret's value) --
-
-    @field_validator("slack_signing_secret", "approvals_token", mode="before")
-    @classmethod
-    def _secret_text(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and not _NO_SPACE.fullmatch(value):
-            raise ValueError("must not contain spaces")
-        return value
-
-    @field_validator("slack_bot_token", mode="before")
-    @classmethod
-    def _bot_token(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and not _BOT_TOKEN.fullmatch(value):
-            if value.startswith("xapp-"):
-                raise ValueError("this is an app-level token (xapp-); put it in SLACK_APP_TOKEN")
-            raise ValueError("must be a bot token starting with xoxb-")
-        return value
-
-    @field_validator("slack_app_token", mode="before")
-    @classmethod
-    def _app_token(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and not _APP_TOKEN.fullmatch(value):
-            if value.startswith("xoxb-"):
-                raise ValueError("this is a bot token (xoxb-); put it in SLACK_BOT_TOKEN")
-            raise ValueError("must be an app-level token starting with xapp-")
-        return value
-
-    @field_validator("slack_api_url", mode="before")
-    @classmethod
-    def _slack_api_url(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str):
-            if not _http_url(value):
-                raise ValueError(f"must be an http(s) URL such as {DEFAULT_SLACK_API_URL}")
-            if not value.endswith("/"):
-                value += "/"
-        return value
-
-    @field_validator("approvals_url", mode="before")
-    @classmethod
-    def _approvals_url(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str):
-            if not _http_url(value):
-                raise ValueError("must be an http(s) URL such as http://localhost:3000")
-            value = value.rstrip("/")
-        return value
-
-    @field_validator("redis_url", mode="before")
-    @classmethod
-    def _redis_url(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and urlsplit(value).scheme not in _REDIS_SCHEMES:
-            raise ValueError(
-                f"must be a redis://, rediss:// or unix:// URL, e.g. {DEFAULT_REDIS_URL}"
-            )
-        return value
-
-    @field_validator("port", mode="before")
-    @classmethod
-    def _port(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ValueError("must be an integer between 1 and 65535") from None
-        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 65535:
-            raise ValueError("must be between 1 and 65535")
-        return value
-
-    @field_validator("approvals_prefix", mode="before")
-    @classmethod
-    def _prefix(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and (not _KEY_PREFIX.fullmatch(value) or value.endswith(":")):
-            raise ValueError(
-                "must be letters, digits and _ . : { } - only, not ending in ':' "
-                "(e.g. approvals or {approvals})"
-            )
-        return value
-
-    @field_validator("approvals_data_dir", mode="before")
-    @classmethod
-    def _data_dir(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str | Path):
-            value = Path(value).expanduser()
-            if value.exists() and not value.is_dir():
-                raise ValueError(f"{value} exists and is not a directory")
-        return value
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _log_level(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str):
-            value = value.upper()
-            if value not in LOG_LEVELS:
-                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-        return value
-
-    @field_validator("approvals_api_tokens", mode="before")
-    @classmethod
-    def _api_tokens(cls, value: Any) -> Any:
-        value = _split(value)
-        if isinstance(value, tuple):
-            for n, token in enumerate(value, 1):
-                if isinstance(token, str) and not _NO_SPACE.fullmatch(token):
-                    raise ValueError(f"token {n} contains spaces (separate tokens with commas)")
-        return value
-
-    @field_validator("approvals_reviewers", mode="before")
-    @classmethod
-    def _reviewers(cls, value: Any) -> Any:
-        value = _split(value)
-        if isinstance(value, tuple):
-            bad = [
-                item
-                for item in value
-                if not isinstance(item, str) or not _REVIEWER_ID.fullmatch(item)
-            ]
-            if bad:
-                listed = ", ".join(repr(item) for item in bad)
-                raise ValueError(
-                    f"{listed}: not a Slack user id (U…, W…) or user group id (S…); "
-                    "separate ids with commas"
-                )
-        return value
-
-    @field_validator("approvals_default_channel", mode="before")
-    @classmethod
-    def _channel(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str) and not _CHANNEL_ID.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a channel id; use the id (e.g. C0123ABCDEF) from the "
-                "channel's details, not its name"
-            )
-        return value
-
-    @field_validator("approvals_policy_file", mode="before")
-    @classmethod
-    def _policy_file(cls, value: Any) -> Any:
-        value = _text(value)
-        if isinstance(value, str | Path):
-            value = Path(value).expanduser()
-            if not value.is_file():
-                raise ValueError(f"no such file: {value}")
-        return value
+    # -- cross-field check --
 
     @model_validator(mode="after")
     def _slack_complete(self) -> Settings:

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Redis (REDIS_URL, or a throwaway server), per-test key prefixes."""
+"""Shared fixtures: a real Redis (REDIS_URL, or a throwaway server), per-test key prefixes,
+a BotContext on them and the agent API served from it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlparse
 
 import pytest
+from aiohttp import web
 from redis.asyncio import Redis
 
 from approvals.connection import connect
@@ -17,7 +19,7 @@ from approvals.policy import Policy
 from approvals.service import ApprovalService
 from approvals.store import ApprovalStore
 from approvals.waiting import Waiter
-from bot import embedded_redis
+from bot import api, embedded_redis
 from bot.context import BotContext
 from tests.support import delete_prefix
 
@@ -96,3 +98,17 @@ async def ctx(redis: Redis, keys: Keys, store: ApprovalStore) -> AsyncIterator[B
     )
     yield context
     await waiter.stop()
+
+
+@pytest.fixture
+async def api_url(ctx: BotContext) -> AsyncIterator[str]:
+    """The real agent API (bot.api) on an ephemeral loopback port, sharing `ctx`."""
+    app = web.Application(middlewares=[api.error_middleware])
+    api.add_routes(app, ctx)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()

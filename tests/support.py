@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, Literal
+
 from redis.asyncio import Redis
 
 from approvals.keys import Keys
+from approvals.models import ApprovalRequest
+from approvals.service import Actor, ApprovalService
+
+#: The Slack reviewer `decide_next` decides as.
+REVIEWER = Actor("U0REVIEWER", via="slack")
 
 
 async def delete_prefix(redis: Redis, keys: Keys) -> int:
@@ -19,3 +27,24 @@ async def delete_prefix(redis: Redis, keys: Keys) -> int:
     if batch:
         deleted += await redis.delete(*batch)
     return deleted
+
+
+async def decide_next(
+    service: ApprovalService,
+    tool: str,
+    outcome: Literal["approve", "deny"] = "approve",
+    *,
+    within: float = 10.0,
+    **decision: Any,
+) -> ApprovalRequest:
+    """Wait (at most `within` s) for a pending request for `tool`, then decide it as
+    `REVIEWER` would in Slack; `decision`: reason, input, selection, for_session."""
+    async with asyncio.timeout(within):
+        while True:
+            found = [r for r in await service.store.list_pending() if r.event.tool_name == tool]
+            if found:
+                break
+            await asyncio.sleep(0.02)
+    result = await service.decide(found[0].id, outcome, REVIEWER, **decision)
+    assert result.status == "decided", result
+    return result.request

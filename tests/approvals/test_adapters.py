@@ -28,12 +28,9 @@ from approvals.adapters.langgraph import (
 )
 from approvals.adapters.openai_agents import parse_arguments, resolve_interruptions
 from approvals.client import ApprovalClient
-from approvals.models import ApprovalRequest
-from approvals.service import Actor, ApprovalService
 from approvals.transports import RedisTransport
 from bot.context import BotContext
-
-REVIEWER = Actor("U0REVIEWER", via="slack")
+from tests.support import decide_next
 
 
 @pytest.fixture
@@ -41,21 +38,6 @@ async def client(ctx: BotContext) -> AsyncIterator[ApprovalClient]:
     made = ApprovalClient(RedisTransport(ctx.redis, ctx.keys, owns_redis=False))
     yield made
     await made.aclose()
-
-
-async def decide_next(
-    service: ApprovalService, tool: str, outcome: str = "approve", **kwargs: Any
-) -> ApprovalRequest:
-    """Wait for a pending request for `tool`, then decide it as a Slack reviewer."""
-    async with asyncio.timeout(10):
-        while True:
-            found = [r for r in await service.store.list_pending() if r.event.tool_name == tool]
-            if found:
-                break
-            await asyncio.sleep(0.02)
-    result = await service.decide(found[0].id, outcome, REVIEWER, **kwargs)  # type: ignore[arg-type]
-    assert result.status == "decided"
-    return result.request
 
 
 # -- OpenAI Agents SDK ----------------------------------------------------------------------

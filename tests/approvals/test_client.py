@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from approvals.client import Approval, ApprovalClient, SyncApprovalClient
 from approvals.errors import (
@@ -24,9 +23,9 @@ from approvals.errors import (
 )
 from approvals.gate import Denied, current_approval, require_approval
 from approvals.hooks import Allow, Async, Deny, run_hook
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.models import ApprovalConfig, ApprovalEvent, Decision
 from approvals.policy_file import parse_policy
-from approvals.service import Actor, ApprovalService
+from approvals.service import ApprovalService
 from approvals.slack_hook import SlackApprovalHook
 from approvals.transports import (
     HttpTransport,
@@ -35,10 +34,9 @@ from approvals.transports import (
     request_body,
     transport_factory,
 )
-from bot import api
 from bot.context import BotContext
+from tests.support import REVIEWER, decide_next
 
-REVIEWER = Actor("U0REVIEWER", via="slack")
 POLICY = {
     "routes": {"default": {"channel": "C0APPROVALS", "allow_for_session": True}},
     "rules": [
@@ -48,18 +46,10 @@ POLICY = {
 
 
 @pytest.fixture
-async def api_url(ctx: BotContext) -> AsyncIterator[str]:
-    """The real agent API (bot.api) on an ephemeral loopback port, sharing `ctx`."""
+def api_url(ctx: BotContext, api_url: str) -> str:
+    """The shared API server (tests/conftest.py), with `ctx` under this file's policy."""
     ctx.service.policy = parse_policy(POLICY, source="test policy")
-    app = web.Application(middlewares=[api.error_middleware])
-    api.add_routes(app, ctx)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    return api_url
 
 
 def redis_client(ctx: BotContext) -> ApprovalClient:
@@ -82,32 +72,6 @@ async def clients(ctx: BotContext, api_url: str) -> AsyncIterator[dict[str, Appr
 @pytest.fixture(params=["redis", "http"])
 def client(request: pytest.FixtureRequest, clients: dict[str, ApprovalClient]) -> ApprovalClient:
     return clients[request.param]
-
-
-async def eventually(predicate: Any, limit: float = 10.0) -> Any:
-    """Poll an async `predicate` until it returns something truthy; fail after `limit` s."""
-    async with asyncio.timeout(limit):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await asyncio.sleep(0.02)
-
-
-async def decide_next(
-    service: ApprovalService, tool: str, outcome: str = "approve", **kwargs: Any
-) -> ApprovalRequest:
-    """Wait for a pending request for `tool`, then decide it as a Slack reviewer would."""
-
-    async def find() -> ApprovalRequest | None:
-        return next(
-            (r for r in await service.store.list_pending() if r.event.tool_name == tool), None
-        )
-
-    found = await eventually(find)
-    result = await service.decide(found.id, outcome, REVIEWER, **kwargs)  # type: ignore[arg-type]
-    assert result.status == "decided", result
-    return result.request
 
 
 def content(approval: Approval) -> dict[str, Any]:

@@ -4,24 +4,22 @@ agent hooks (decided concurrently through the service), exit codes, configuratio
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
-from approvals.service import Actor, ApprovalService
-from bot import api
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
 from config.settings import VARIABLES
+from tests import support
 
-REVIEWER = Actor("U0REVIEWER", via="slack")
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.example.yaml"
 
 
@@ -36,19 +34,6 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, redis_url: str, ctx: BotContext) ->
     yield
 
 
-@pytest.fixture
-async def api_url(ctx: BotContext) -> AsyncIterator[str]:
-    app = web.Application(middlewares=[api.error_middleware])
-    api.add_routes(app, ctx)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
-
-
 async def submit(
     ctx: BotContext, tool: str, arguments: dict[str, Any] | None = None, **config: Any
 ) -> ApprovalRequest:
@@ -56,19 +41,8 @@ async def submit(
     return await ctx.service.submit(event, ApprovalConfig(**config))
 
 
-async def decide_next(
-    service: ApprovalService, tool: str, outcome: str = "approve", **kwargs: Any
-) -> ApprovalRequest:
-    """Wait for a pending request for `tool`, then decide it as a Slack reviewer."""
-    async with asyncio.timeout(20):
-        while True:
-            found = [r for r in await service.store.list_pending() if r.event.tool_name == tool]
-            if found:
-                break
-            await asyncio.sleep(0.02)
-    result = await service.decide(found[0].id, outcome, REVIEWER, **kwargs)  # type: ignore[arg-type]
-    assert result.status == "decided"
-    return result.request
+#: `tests.support.decide_next` with more time: the CLI runs its own loop on a worker thread.
+decide_next = functools.partial(support.decide_next, within=20.0)
 
 
 async def cli(*argv: str) -> int:

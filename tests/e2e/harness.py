@@ -228,5 +228,13 @@ def posted_message(slack: SlackEmulator, request_id: str) -> tuple[str, dict[str
     raise AssertionError(f"no message posted for {request_id}")
 
 
+async def opened_view(slack: SlackEmulator) -> dict[str, Any]:
+    """The view of the bot's only `views.open` call so far (waiting for it), decoded."""
+    (opened,) = await slack.wait_for("views.open", 1)
+    view = opened.body["view"]
+    decoded: dict[str, Any] = json.loads(view) if isinstance(view, str) else view
+    return decoded
+
+
 def has_actions(message: dict[str, Any]) -> bool:
     return any(b.get("type") == "actions" for b in message.get("blocks", []))

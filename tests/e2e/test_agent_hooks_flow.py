@@ -14,7 +14,7 @@ import aiohttp
 
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import BotFactory, Reviewer
+from tests.e2e.harness import BotFactory, Reviewer, opened_view
 from tests.slack_emulator import SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,9 +44,7 @@ async def click_when_posted(
     (channel, ts), message = next(iter(slack.messages.items()))
     assert await who.click(bot, message, channel, action) == 200
     if action == ids.DENY:
-        (opened,) = await slack.wait_for("views.open", 1)
-        view = opened.body["view"]
-        view = json.loads(view) if isinstance(view, str) else view
+        view = await opened_view(slack)
         values = {ids.REASON_BLOCK: {ids.REASON_ACTION: submit.get("reason", "")}}
         assert await who.submit(bot, view, values) == 200
     return ts

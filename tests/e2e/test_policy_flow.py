@@ -16,7 +16,7 @@ from approvals.policy_file import parse_policy
 from approvals.store import ApprovalStore
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions
+from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions, opened_view
 from tests.slack_emulator import SlackEmulator
 
 OPS = "C0OPS"
@@ -174,9 +174,7 @@ async def test_a_deny_beats_approvals(
     assert await reviewer("U0ALICE").click(bot, message, CHANNEL, ids.APPROVE) == 200
     bob: Reviewer = reviewer("U0BOB")
     assert await bob.click(bot, message, CHANNEL, ids.DENY) == 200
-    (opened,) = await slack.wait_for("views.open", 1)
-    view = opened.body["view"]
-    view = json.loads(view) if isinstance(view, str) else view
+    view = await opened_view(slack)
     await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "freeze week"}})
     req = await bot.ctx.waiter.wait(rid, timeout=5)
     assert req.status == "denied" and req.decision is not None
@@ -398,9 +396,7 @@ async def test_secret_goes_to_the_strict_route_and_never_reaches_slack(
     assert await alice.click(bot, message, SECURITY, ids.APPROVE) == 200
     await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 3, "progress")
     assert await bob.click(bot, message, SECURITY, ids.DENY) == 200
-    (opened,) = await slack.wait_for("views.open", 1)
-    view = opened.body["view"]
-    view = json.loads(view) if isinstance(view, str) else view
+    view = await opened_view(slack)
     await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "rotate next week"}})
     req = await bot.ctx.waiter.wait(request.id, timeout=5)
     assert req.status == "denied"

@@ -11,7 +11,14 @@ from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy_file import parse_policy
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
+from tests.e2e.harness import (
+    CHANNEL,
+    BotFactory,
+    Reviewer,
+    has_actions,
+    opened_view,
+    posted_message,
+)
 from tests.slack_emulator import SlackEmulator
 
 
@@ -74,9 +81,7 @@ async def test_deny_opens_modal_and_reason_reaches_the_agent(
     channel, message = await posted(slack, rid)
     bob: Reviewer = reviewer("U0BOB")
     assert await bob.click(bot, message, channel, ids.DENY) == 200
-    (opened,) = await slack.wait_for("views.open", 1)
-    view = opened.body["view"]
-    view = json.loads(view) if isinstance(view, str) else view
+    view = await opened_view(slack)
     assert view["callback_id"] == ids.DENY_MODAL
     assert (await bot.ctx.store.get(rid)).status == "pending", "opening the modal decides nothing"
     status = await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "not on Friday"}})
@@ -109,9 +114,7 @@ async def test_choice_and_input_kinds(
     question = await ask(bot, "ask_human", ApprovalConfig(kind="input", prompt="Which ticket?"))
     channel, message = await posted(slack, question)
     assert await carol.click(bot, message, channel, ids.RESPOND) == 200
-    (opened,) = await slack.wait_for("views.open", 1)
-    view = opened.body["view"]
-    view = json.loads(view) if isinstance(view, str) else view
+    view = await opened_view(slack)
     assert view["callback_id"] == ids.INPUT_MODAL
     assert await carol.submit(bot, view, {ids.INPUT_BLOCK: {ids.INPUT_ACTION: "   "}}) == 200
     errors = json.loads(carol.last_body)
