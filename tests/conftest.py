@@ -56,8 +56,16 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def keys() -> Keys:
-    return Keys(prefix=f"test-{uuid.uuid4().hex[:10]}")
+async def keys(redis_url: str) -> AsyncIterator[Keys]:
+    """A key prefix of this test's own; whatever was written under it is deleted afterwards
+    (by anyone: the test, a bot, a CLI run), so nothing is left on a shared server."""
+    prefix = Keys(prefix=f"test-{uuid.uuid4().hex[:10]}")
+    yield prefix
+    client = connect(redis_url, max_connections=2, client_name="approval-bot-test-cleanup")
+    try:
+        await delete_prefix(client, prefix)
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture
@@ -68,7 +76,6 @@ async def redis(redis_url: str, keys: Keys) -> AsyncIterator[Redis]:
     except Exception as e:  # pragma: no cover - environment problem, reported plainly
         pytest.fail(f"Redis at {redis_url} did not answer: {e}", pytrace=False)
     yield client
-    await delete_prefix(client, keys)
     await client.aclose()
 
 
