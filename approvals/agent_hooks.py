@@ -345,12 +345,15 @@ async def run_hook(
     on_timeout: OnTimeout = "deny",
     cancel: Cancel | None = None,
 ) -> dict[str, Any] | None:
-    """Review one hook call: submit it, wait at most `timeout` seconds in all, answer.
+    """Review one hook call: submit it, wait, answer — all within `timeout` seconds.
 
-    `timeout` is the hook's own timeout minus a margin (`time_budget`). Returns
-    the output JSON, or None for "print nothing". Bad hook input raises
-    `InvalidRequest`; any failure to submit or wait denies (fail closed). On
-    timeout, `cancel(id, reason)` (when given) withdraws the request so its Slack
+    `timeout` is the hook's own timeout minus a margin (`time_budget`); the
+    agent takes a hook that runs past its timeout for no decision, so no step
+    (a hung submit, a slow withdraw) may outlast it. Returns the output JSON,
+    or None for "print nothing". Input that is not hook JSON raises
+    `InvalidRequest`; a call that cannot be reviewed (too large, say) and any
+    failure to submit or wait deny (fail closed). When no decision comes in
+    time, `cancel(id, reason)` (when given) withdraws the request so its Slack
     message says so — and if a decision won the race, that decision is used."""
     if dialect not in DIALECTS:
         raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
@@ -358,28 +361,32 @@ async def run_hook(
         raise InvalidRequest(f"on_timeout must be 'deny' or 'ask', not {on_timeout!r}")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    hook_event = parse_hook_input(payload).hook_event_name
-    event = event_from(dialect, payload)
+    # Withdrawing a request nobody decided has to fit in the budget too.
+    withdraw_time = min(1.0, max(0.1, timeout * 0.1), timeout / 2) if cancel else 0.0
+    hook = parse_hook_input(payload)
+    hook_event = hook.hook_event_name
+    request: ApprovalRequest | None = None
     try:
-        request = await submit(event)
-        if request.is_pending:
-            try:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise ApprovalTimeout(f"no time left to wait for {request.id}")
-                request = await wait(request.id, remaining)
-            except ApprovalTimeout:
-                request = await _withdraw(dialect, request, cancel, on_timeout, timeout)
-                if request.status in ("pending", "cancelled"):
-                    log.info(
-                        "hook timed out dialect=%s id=%s on_timeout=%s",
-                        dialect,
-                        request.id,
-                        on_timeout,
-                    )
-                    return output_for_timeout(dialect, hook_event, on_timeout, timeout, request.id)
+        event = event_from(dialect, payload)
+        try:
+            async with asyncio.timeout_at(deadline - withdraw_time):
+                request = await submit(event)
+                if request.is_pending:
+                    remaining = deadline - withdraw_time - loop.time()
+                    if remaining <= 0:
+                        raise ApprovalTimeout(f"no time left to wait for {request.id}")
+                    request = await wait(request.id, remaining)
+        except (TimeoutError, ApprovalTimeout):
+            if request is not None and request.is_pending:
+                request = await _withdraw(dialect, request, cancel, on_timeout, timeout, deadline)
+            if request is None or request.status in ("pending", "cancelled"):
+                request_id = request.id if request is not None else None
+                log.info(
+                    "hook timed out dialect=%s id=%s on_timeout=%s", dialect, request_id, on_timeout
+                )
+                return output_for_timeout(dialect, hook_event, on_timeout, timeout, request_id)
     except Exception as e:  # fail closed: never let an unreviewed call through
-        log.exception("hook review failed dialect=%s tool=%s", dialect, event.tool_name)
+        log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
         message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
         return output_for_failure(hook_event, str(message))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
@@ -392,13 +399,16 @@ async def _withdraw(
     cancel: Cancel | None,
     on_timeout: OnTimeout,
     waited: float,
+    deadline: float,
 ) -> ApprovalRequest:
-    """Cancel a request nobody decided in time; the request as it stands afterwards."""
+    """Cancel a request nobody decided in time (giving up at `deadline`, loop time); the
+    request as it stands afterwards."""
     if cancel is None:
         return request
     then = "the call was denied" if on_timeout == "deny" else f"{dialect} asked its user instead"
     try:
-        return await cancel(request.id, f"no decision within {round(waited, 1):g} s; {then}")
+        async with asyncio.timeout_at(deadline):
+            return await cancel(request.id, f"no decision within {round(waited, 1):g} s; {then}")
     except Exception:
         log.warning("hook could not cancel id=%s", request.id, exc_info=True)
         return request

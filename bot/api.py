@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,9 +29,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from approvals.agent_hooks import (
+    HookEvent,
     OnTimeout,
     error_details,
     hook_metadata,
+    output_for_failure,
     parse_hook_input,
     run_hook,
     time_budget,
@@ -61,6 +64,9 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _CHUNK = 64 * 1024
+#: Deepest nesting of objects and arrays a body may have (Redis records are serialised JSON).
+MAX_JSON_DEPTH = 64
+_HOOK_EVENT = re.compile(rb'"hook_event_name"\s*:\s*"(PreToolUse|PermissionRequest)"')
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -153,17 +159,45 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-async def read_json(request: web.Request, limit: int, *, required: bool = True) -> Any:
-    """The JSON body, read at most `limit` bytes: 413 past it, 400 if it is not JSON (or empty
-    when `required`; an empty optional body is None)."""
-    too_large = PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+class BodyTooLarge(PayloadTooLarge):
+    """A body over the size limit; `head`: its first bytes, when asked for (a hook's event)."""
+
+    def __init__(self, limit: int, head: bytes = b"") -> None:
+        super().__init__(f"request body is over the limit of {limit} bytes")
+        self.head = head
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
+
+
+async def read_json(
+    request: web.Request,
+    limit: int,
+    *,
+    required: bool = True,
+    keep_head: bool = False,
+    max_depth: int | None = MAX_JSON_DEPTH,
+) -> Any:
+    """The JSON body, read at most `limit` bytes: 413 past it (`keep_head`: with its first
+    bytes), 400 if it is not JSON (or empty when `required`; an empty optional body is None),
+    422 if it nests deeper than `max_depth`."""
     if request.content_length is not None and request.content_length > limit:
-        raise too_large
+        raise BodyTooLarge(limit, await request.content.read(_CHUNK) if keep_head else b"")
     body = bytearray()
     async for chunk in request.content.iter_chunked(_CHUNK):
         body.extend(chunk)
         if len(body) > limit:
-            raise too_large
+            raise BodyTooLarge(limit, bytes(body[:_CHUNK]) if keep_head else b"")
     if not body.strip():
         if required:
             raise APIError(400, "invalid_json", "request body is empty; send a JSON object")
@@ -173,6 +207,8 @@ async def read_json(request: web.Request, limit: int, *, required: bool = True) 
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeError are ValueErrors
         raise APIError(400, "invalid_json", f"request body is not valid JSON: {e}") from e
+    if max_depth is not None and json_depth(data) > max_depth:  # the store could not store it
+        raise InvalidRequest(f"request body is nested deeper than {max_depth} levels")
     return data
 
 
@@ -297,7 +333,20 @@ class ApprovalsAPI:
                 message,
                 [{"loc": ["query", "on_timeout"], "msg": message, "type": "enum"}],
             )
-        payload = await read_json(request, self.ctx.max_body_bytes)
+        try:
+            # Too deep for the store: `run_hook` denies it like any call it cannot submit.
+            payload = await read_json(
+                request, self.ctx.max_body_bytes, keep_head=True, max_depth=None
+            )
+        except BodyTooLarge as e:
+            # Claude Code runs the tool when an http hook answers non-2xx: deny it instead,
+            # shaped for the event the body names.
+            found = _HOOK_EVENT.search(e.head)
+            event: HookEvent = (
+                "PermissionRequest" if found and found[1] == b"PermissionRequest" else "PreToolUse"
+            )
+            log.warning("hook input too large limit=%d event=%s", self.ctx.max_body_bytes, event)
+            return web.json_response(output_for_failure(event, f"too large to review: {e.message}"))
         parse_hook_input(payload)  # a bad payload is a 422 before anything is stored
         metadata = hook_metadata(payload)
         # The request's deadline is when the hook stops waiting, so reviewers see the real one.

@@ -47,11 +47,12 @@ class BotConfig:
     prefix: str = "approvals"
     host: str = "0.0.0.0"
     port: int = 3000
-    slack_bot_token: str | None = None
-    slack_signing_secret: str | None = None
-    slack_app_token: str | None = None
+    # Secrets stay out of the repr (a logged or printed config must not show them).
+    slack_bot_token: str | None = field(default=None, repr=False)
+    slack_signing_secret: str | None = field(default=None, repr=False)
+    slack_app_token: str | None = field(default=None, repr=False)
     slack_api_url: str = "https://slack.com/api/"
-    api_tokens: tuple[str, ...] = ()
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
     default_channel: str | None = None
     reviewers: tuple[str, ...] = ()
     policy_file: Path | None = None

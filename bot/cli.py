@@ -291,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(f"approval-bot: configuration error:\n{e}", file=sys.stderr)
         return 2
+    except Exception as e:  # e.g. an unreadable APPROVALS_ENV_FILE; never exit 1 (see below)
+        print(f"approval-bot: cannot read the configuration ({type(e).__name__})", file=sys.stderr)
+        return 2
     if args.command == "serve":
         return serve(settings)
     if args.command == "policy":

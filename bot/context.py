@@ -23,7 +23,7 @@ class BotContext:
     service: ApprovalService
     waiter: Waiter
     #: Bearer tokens the HTTP API accepts (plain strings; never logged).
-    api_tokens: tuple[str, ...] = ()
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
     #: slack_sdk AsyncWebClient, or None when Slack is not configured.
     slack: Any = None
     #: Longest `?wait=` the HTTP API honours, in seconds.

@@ -29,25 +29,11 @@ from bot.context import BotContext
 
 log = logging.getLogger(__name__)
 
-#: Slack errors that no retry will fix: the request ends as an error with this reason.
-PERMANENT_ERRORS = frozenset(
-    {
-        "channel_not_found",
-        "not_in_channel",
-        "is_archived",
-        "invalid_auth",
-        "account_inactive",
-        "token_revoked",
-        "not_authed",
-        "missing_scope",
-        "restricted_action",
-        "invalid_blocks",
-        "msg_too_long",
-        "no_text",
-        "too_many_attachments",
-        "ekm_access_denied",
-        "team_access_not_granted",
-    }
+#: Slack errors (with HTTP 200) that a later attempt can get past: retried with backoff.
+#: Every other `ok:false` error (channel_not_found, not_in_channel, invalid_auth, …) is
+#: permanent: a post that fails with one ends its request as an `error`.
+TRANSIENT_ERRORS = frozenset(
+    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 )
 
 
@@ -358,11 +344,9 @@ class Dispatcher:
                     self.ctx.count("slack_rate_limited")
                     pace.block_for(retry_after)
                     continue
-                if status < 500 and error in PERMANENT_ERRORS:
+                if status < 500 and error and error not in TRANSIENT_ERRORS:
                     raise _Permanent(error) from e
-                if status < 500 and error:
-                    raise _Permanent(error) from e
-                reason = f"http {status}"
+                reason = f"http {status} {error}".strip()
             except (OSError, TimeoutError, aiohttp.ClientError) as e:
                 reason = repr(e)
             attempt += 1

@@ -252,7 +252,9 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
                     "204": {"description": "no decision: Claude Code asks its user"},
-                    **errors(413, 422),
+                    # A call too large to review is denied with a 200, never a 413: Claude
+                    # Code runs the tool when an http hook answers non-2xx.
+                    **errors(422),
                 },
             }
         },

@@ -409,7 +409,13 @@ def _read_env_file(path: str) -> dict[str, str]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise SettingsError([f"{ENV_FILE_VARIABLE}: no such file: {file}"])
-    return {k: v for k, v in dotenv_values(file).items() if v is not None}
+    try:
+        values = dotenv_values(file)
+    except (OSError, UnicodeError) as e:  # the error's text may quote the file: not shown
+        raise SettingsError(
+            [f"{ENV_FILE_VARIABLE}: cannot read {file} ({type(e).__name__}; it must be UTF-8)"]
+        ) from None
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _problems(error: ValidationError, values: Mapping[str, str]) -> list[str]:

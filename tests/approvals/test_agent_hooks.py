@@ -18,7 +18,13 @@ from approvals.agent_hooks import (
     time_budget,
 )
 from approvals.errors import InvalidRequest, StoreUnavailable
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.models import (
+    MAX_EVENT_BYTES,
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    Decision,
+)
 from approvals.service import Actor
 from bot.context import BotContext
 
@@ -423,4 +429,41 @@ async def test_run_hook_rejects_bad_input_without_storing(ctx: BotContext) -> No
         await run_hook(
             "claude-code", claude("Bash", ["ls"]), ctx.service.submit, ctx.waiter.wait, timeout=1
         )
+    assert await ctx.store.audit_entries() == []
+
+
+async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
+    ctx: BotContext,
+) -> None:
+    """The agent treats a hook that outlives its timeout as no decision (the tool may run):
+    a hanging submit or withdraw must not make the answer late."""
+
+    async def hang(*args: Any) -> ApprovalRequest:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    started = time.monotonic()
+    out = await run_hook(
+        "claude-code", claude("Bash", {"command": "ls"}), hang, ctx.waiter.wait, timeout=0.5
+    )
+    assert time.monotonic() - started < 0.7
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+    started = time.monotonic()
+    out = await run_hook(
+        "codex",
+        claude("Bash", {"command": "ls"}, tool_use_id="toolu_hang"),
+        ctx.service.submit,
+        ctx.waiter.wait,
+        timeout=0.5,
+        cancel=hang,
+    )
+    assert time.monotonic() - started < 0.7
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+async def test_run_hook_denies_a_call_it_cannot_review(ctx: BotContext) -> None:
+    too_long = claude("Bash", {"command": "x" * (MAX_EVENT_BYTES + 1)})
+    out = await run_hook("codex", too_long, ctx.service.submit, ctx.waiter.wait, timeout=1)
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert await ctx.store.audit_entries() == []

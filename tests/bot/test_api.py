@@ -548,3 +548,64 @@ async def test_openapi_document_describes_the_routes(client: Client) -> None:
     assert set(schemas["ApprovalObject"]["required"]) == set(ApprovalObject.model_fields)
     assert schemas["CreateApproval"]["additionalProperties"] is False
     assert "#/components/schemas/ErrorResponse" in str(doc["paths"]["/v1/approvals"])
+
+
+# -- review findings: bodies the API cannot take, and hooks that must still answer --------------
+
+
+async def test_deeply_nested_arguments_are_422_not_500(client: Client) -> None:
+    nested: dict[str, Any] = {}
+    cur = nested
+    for _ in range(300):
+        cur["a"] = {}
+        cur = cur["a"]
+    resp = await client.post(
+        "/v1/approvals", headers=AUTH, json={"tool_name": "x", "arguments": nested}
+    )
+    error = await error_of(resp, 422)
+    assert error["code"] == "invalid_request" and "nested" in error["message"]
+
+
+async def test_hook_denies_a_call_too_large_to_review(ctx: BotContext) -> None:
+    """Claude Code treats a non-2xx http hook answer as a non-blocking error and runs the tool:
+    a call the bot cannot review is denied with a 200, shaped for its event."""
+    ctx.max_body_bytes = 4000
+    c = await make_client(ctx)
+    try:
+        big = hook_body(tool_name="Write", tool_input={"file_path": "/a", "content": "x" * 5000})
+        resp = await c.post("/hooks/claude-code", json=big, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        out = (await resp.json())["hookSpecificOutput"]
+        assert (out["hookEventName"], out["permissionDecision"]) == ("PreToolUse", "deny")
+        assert "4000 bytes" in out["permissionDecisionReason"]
+
+        asked = hook_body("PermissionRequest", tool_input={"command": "x" * 5000})
+        resp = await c.post("/hooks/claude-code", json=asked, headers=AUTH)
+        assert resp.status == 200, await resp.text()
+        out = (await resp.json())["hookSpecificOutput"]
+        assert out["hookEventName"] == "PermissionRequest"
+        assert out["decision"]["behavior"] == "deny"
+        assert await ctx.store.list_pending() == []
+    finally:
+        await c.close()
+
+
+async def test_hook_denies_a_command_over_the_event_limit(ctx: BotContext, client: Client) -> None:
+    huge = hook_body(tool_input={"command": "echo " + "a" * MAX_EVENT_BYTES})
+    resp = await client.post("/hooks/claude-code", json=huge, headers=AUTH)
+    assert resp.status == 200, await resp.text()
+    out = (await resp.json())["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny"
+    assert await ctx.store.list_pending() == []
+
+
+async def test_hook_denies_input_too_deep_to_store(ctx: BotContext, client: Client) -> None:
+    nested: dict[str, Any] = {}
+    cur = nested
+    for _ in range(300):
+        cur["a"] = {}
+        cur = cur["a"]
+    resp = await client.post("/hooks/claude-code", json=hook_body(tool_input=nested), headers=AUTH)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert await ctx.store.list_pending() == []

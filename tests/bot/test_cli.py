@@ -403,3 +403,20 @@ async def test_policy_check_accepts_the_example_and_names_every_problem(
     assert main(["policy", "check", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "bad.yaml" in err and "routes.ops.quorum" in err
+
+
+async def test_a_hook_that_cannot_read_its_configuration_still_blocks(
+    cli_env: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Claude Code and Codex run the tool when a command hook exits with any status but 0 and 2:
+    a crash while reading the configuration must still exit 2."""
+    env_file = tmp_path / "bad.env"
+    env_file.write_bytes(b"PORT=\xff\xfe3000\n")
+    monkeypatch.setenv("APPROVALS_ENV_FILE", str(env_file))
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input()))
+    assert await cli("hook", "claude-code") == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "APPROVALS_ENV_FILE" in captured.err

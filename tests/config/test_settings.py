@@ -183,6 +183,14 @@ def test_env_file_is_read_only_when_named_and_the_environment_wins(tmp_path: Pat
     assert s.slack_configured is True
 
 
+def test_an_unreadable_env_file_is_one_line_without_its_content(tmp_path: Path) -> None:
+    env_file = tmp_path / "bot.env"
+    env_file.write_bytes(f"SLACK_BOT_TOKEN={BOT}\nPORT=\xff\n".encode("latin-1"))
+    (line,) = problems({"APPROVALS_ENV_FILE": str(env_file)})
+    assert line.startswith("APPROVALS_ENV_FILE: cannot read") and "UTF-8" in line
+    assert BOT not in line
+
+
 def test_a_missing_env_file_is_an_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.env"
     assert problems({"APPROVALS_ENV_FILE": str(missing)}) == (

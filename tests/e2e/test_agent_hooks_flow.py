@@ -181,3 +181,61 @@ async def test_codex_pre_tool_use_runs_on_approve_and_is_blocked_on_deny(
     decision = json.loads(out)["hookSpecificOutput"]
     assert decision["permissionDecision"] == "deny"
     assert "not build/" in decision["permissionDecisionReason"]
+
+
+async def test_command_hook_answers_in_time_when_the_bot_does_not() -> None:
+    """A bot that accepts the connection and never answers (a hung process, a black-holed
+    proxy): the hook still denies before the agent's timeout, which would let the call run."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.read()  # read until the client gives up; never reply
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{port}", APPROVALS_TOKEN="test-token")
+    start = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot.cli", "hook", "claude-code", "--timeout", "3",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(
+            proc.communicate(json.dumps(claude_payload()).encode()), 40
+        )
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    elapsed = time.monotonic() - start
+    assert elapsed < 3, f"answered after {elapsed:.1f}s, past the hook's 3 s timeout"
+    assert proc.returncode == 0, err.decode()
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+
+
+async def test_codex_hook_timeout_denies_before_the_agent_gives_up(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    bot = await make_bot()
+    payload = {
+        "session_id": "codex-t",
+        "cwd": "/srv/app",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": "terraform destroy"},
+        "tool_use_id": "call_timeout",
+    }
+    start = time.monotonic()
+    code, out, err = await run_command_hook(bot, "codex", payload, "--timeout", "3")
+    elapsed = time.monotonic() - start
+    assert code == 0, err
+    assert elapsed < 3, f"answered after {elapsed:.1f}s, past the hook's 3 s timeout"
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny" and decision["permissionDecisionReason"]

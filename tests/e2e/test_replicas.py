@@ -190,3 +190,42 @@ async def test_decision_landing_as_the_post_is_recorded_updates_the_message_once
     assert len(slack.calls_to("chat.postMessage")) == 1
     assert len(slack.calls_to("chat.update")) == 1, "the outcome is drawn once"
     assert not has_actions(posted_message(slack, rid)[1])
+
+
+async def test_a_request_decided_or_cancelled_before_its_post_is_never_posted(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Any, keys: Any
+) -> None:
+    creator = await make_bot(with_slack=False)
+    assert creator.ctx is not None
+    cancelled, decided = await submit(creator, "tool_a"), await submit(creator, "tool_b")
+    await creator.ctx.service.cancel(cancelled, by="agent", reason="gave up")
+    await creator.ctx.service.decide(decided, "deny", Actor("cli:ops", via="cli"), reason="no")
+    last = (await redis.xrevrange(keys.outbox, count=1))[0][0]
+    live = await make_bot()
+    assert live.ctx is not None
+
+    async def drained() -> bool:
+        (group,) = [g for g in await redis.xinfo_groups(keys.outbox) if g["name"] == "bot"]
+        return bool(group["last-delivered-id"] == last and group["pending"] == 0)
+
+    for _ in range(100):
+        if await drained():
+            break
+        await asyncio.sleep(0.05)
+    assert await drained(), "the live replica handled every outbox entry"
+    assert slack.calls_to("chat.postMessage") == []
+    assert slack.calls_to("chat.update") == []
+
+
+async def test_transient_slack_errors_are_retried_not_fatal(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    slack.fail_next("chat.postMessage", "internal_error", times=2)
+    bot = await make_bot()
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    await wait_posted(slack, rid)
+    attempts = slack.calls_to("chat.postMessage")
+    assert [c.ok for c in attempts] == [False, False, True]
+    req = await bot.ctx.store.get(rid)
+    assert req.status == "pending" and req.message is not None

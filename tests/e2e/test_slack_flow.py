@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ from bot import ids
 from bot.app import Bot
 from tests.e2e.harness import (
     CHANNEL,
+    SIGNING_SECRET,
     BotFactory,
     Reviewer,
     has_actions,
@@ -283,3 +285,27 @@ async def test_healthz_and_metrics(make_bot: BotFactory, http: Any) -> None:
     assert body["redis"] is True and body["slack"] == "configured"
     async with http.get(f"http://127.0.0.1:{bot.port}/metrics") as resp:
         assert "approvals_pending 0" in await resp.text()
+
+
+async def test_no_secret_reaches_a_log_line_or_a_repr(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, http: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    bot = await make_bot()
+    assert bot.ctx is not None
+    async with http.post(
+        f"http://127.0.0.1:{bot.port}/v1/approvals",
+        json={"tool_name": "deploy", "arguments": {"env": "prod"}},
+        headers={"Authorization": "Bearer test-token"},
+    ) as resp:
+        rid = (await resp.json())["id"]
+    channel, message = await posted(slack, rid)
+    assert await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE) == 200
+    await bot.ctx.waiter.wait(rid, timeout=5)
+    await slack.wait_for("chat.update", 1)
+    secrets = ("xoxb-test", SIGNING_SECRET, "test-token")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "chat.postMessage" in logged or "posted" in logged  # the logs were captured
+    for secret in secrets:
+        assert secret not in logged
+        assert secret not in repr(bot.config) and secret not in repr(bot.ctx)
