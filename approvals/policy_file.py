@@ -149,6 +149,14 @@ def reference_problems(policy: Policy) -> list[str]:
         first.setdefault(rule.name, i)
         if rule.action == "ask" and rule.route is not None:
             check_route(f"{at}.route", rule.route)
+        target = routes.get(rule.route or DEFAULT_ROUTE)
+        if rule.action == "ask" and rule.quorum is not None and target is not None:
+            people = set(target.reviewers)
+            if people and all(r[0] in "UW" for r in people) and len(people) < rule.quorum:
+                out.append(
+                    f"{at}.quorum: quorum {rule.quorum} needs at least {rule.quorum} reviewers; "
+                    f"route {rule.route or DEFAULT_ROUTE!r} lists {len(people)}"
+                )
         for field in ("route", "sensitivity", "quorum") if rule.action != "ask" else ():
             if getattr(rule, field) is not None:
                 out.append(

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvals.errors import InvalidRequest, NotAllowed
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
 from approvals.store import ApprovalStore, CreateResult, VoteResult
 
@@ -26,6 +26,8 @@ MembershipResolver = Callable[[str], Awaitable[frozenset[str]]]
 #: Decisions from these channels are break-glass: an operator with access to the
 #: bot's token or Redis decides outright (no reviewer list, no quorum).
 TRUSTED_VIA = frozenset({"cli"})
+#: The longest `Decision.decided_by`.
+MAX_ACTOR = 200
 
 
 @dataclass(frozen=True)
@@ -117,16 +119,17 @@ class ApprovalService:
         verdict: Decision | None = None
         if decision.action in ("allow", "deny"):
             rule = ",".join(decision.winners) or "policy"
+            by = f"policy:{rule}"[:MAX_ACTOR]  # several long rule names must not overflow it
             verdict = (
-                Decision.approve(by=f"policy:{rule}", via="policy")
+                Decision.approve(by=by, via="policy")
                 if decision.action == "allow"
                 else Decision.deny(
-                    decision.reason or f"denied by policy rule {rule}",
-                    by=f"policy:{rule}",
+                    (decision.reason or f"denied by policy rule {rule}")[:MAX_TEXT],
+                    by=by,
                     via="policy",
                 )
             )
-        else:
+        elif effective.kind == "approval":  # a grant cannot pick an option or type an answer
             grant = await self._grant_for(event)
             if grant is not None and grant.get("route", request.route) == request.route:
                 verdict = Decision.approve(
@@ -173,6 +176,9 @@ class ApprovalService:
         """Record `actor`'s decision. Raises `NotAllowed` (with `.details` = "self" or
         "not_reviewer") and `InvalidRequest`; a late or duplicate decision is a normal
         result (`closed` / `duplicate`) carrying the request as it stands."""
+        for name, text in (("reason", reason), ("input", input)):
+            if text is not None and len(text) > MAX_TEXT:
+                raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
         request = await self.store.get(request_id)
         if not request.is_pending:
             return VoteResult("closed", request)
@@ -209,7 +215,19 @@ class ApprovalService:
                 input=input,
                 selection=selection,
                 for_session=for_session,
+                expected_escalations=request.escalations,
             )
+            if result.status == "moved":
+                # Escalated since the check above: check the actor against the new route.
+                return await self.decide(
+                    request_id,
+                    outcome,
+                    actor,
+                    reason=reason,
+                    input=input,
+                    selection=selection,
+                    for_session=for_session,
+                )
         if result.status == "decided" and outcome == "approve" and for_session:
             await self._grant(result.request)
         return result

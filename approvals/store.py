@@ -22,9 +22,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from approvals.errors import NotFound, StoreUnavailable
+from approvals.errors import NotFound, PayloadTooLarge, StoreUnavailable
 from approvals.keys import DEFAULT_DEADLINE_SECONDS, Keys
 from approvals.models import (
+    MAX_EVENT_BYTES,
     ApprovalRequest,
     Decision,
     SlackMessage,
@@ -75,9 +76,11 @@ class ResolveResult:
 @dataclass(frozen=True)
 class VoteResult:
     """`status`: `decided` (this vote decided), `recorded` (quorum not yet reached),
-    `duplicate` (this voter had voted) or `closed` (already decided by someone else)."""
+    `duplicate` (this voter had voted) or `closed` (already decided by someone else);
+    `moved` (nothing recorded) only from `ApprovalStore.vote` with `expected_escalations`
+    when the request was escalated since."""
 
-    status: Literal["decided", "recorded", "duplicate", "closed"]
+    status: Literal["decided", "recorded", "duplicate", "closed", "moved"]
     request: ApprovalRequest
     approvals: int = 0
 
@@ -158,7 +161,11 @@ class ApprovalStore:
 
     @_guard
     async def create(
-        self, request: ApprovalRequest, *, decision: Decision | None = None
+        self,
+        request: ApprovalRequest,
+        *,
+        decision: Decision | None = None,
+        _replacing: str = "",
     ) -> CreateResult:
         """Store a new pending request and queue its Slack post — or, with `decision`, store
         it already decided (a policy rule, a session grant): audited, never posted.
@@ -166,6 +173,12 @@ class ApprovalStore:
         Idempotent on `event.call_id`: a second create with the same call id
         returns the first request and writes nothing."""
         check_event_size(request.event)
+        metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
+        if metadata_size > MAX_EVENT_BYTES:
+            raise PayloadTooLarge(
+                f"request metadata is {metadata_size} bytes; the limit is {MAX_EVENT_BYTES} "
+                "bytes (256 KiB)"
+            )
         if request.status != "pending":
             raise ValueError("only pending requests can be created")
         now = self.now()
@@ -206,6 +219,7 @@ class ApprovalStore:
                 decision.decided_by or "" if decision else "",
                 decision.via if decision else "",
                 decision.reason or "" if decision else "",
+                _replacing,
             ],
         )
         created, request_id = int(result[0]), str(result[1])
@@ -224,10 +238,10 @@ class ApprovalStore:
         try:
             existing = await self.get(request_id)
         except NotFound:
-            # The call-id marker outlived its (expired) request: forget it and create anew.
-            assert call_id is not None
-            await self.redis.delete(self.keys.call(call_id))
-            return await self.create(request, decision=decision)
+            # The call-id marker outlived its (expired) request: create anew, replacing the
+            # marker only if it still names that request (another replica may have just done
+            # the same: then its request is the one).
+            return await self.create(request, decision=decision, _replacing=request_id)
         log.info("request reused id=%s call_id=%s", request_id, call_id)
         return CreateResult(existing, False)
 
@@ -385,9 +399,12 @@ class ApprovalStore:
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
+        expected_escalations: int | None = None,
     ) -> VoteResult:
         """Count one reviewer's vote; any deny denies, `quorum` approvals approve.
-        Each reviewer counts once (a second vote is `duplicate` and changes nothing)."""
+        Each reviewer counts once (a second vote is `duplicate` and changes nothing).
+        With `expected_escalations` (the count the voter was checked against), a request
+        escalated since is left alone: `moved`."""
         now = self.now()
         vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
         if outcome == "approve":
@@ -410,17 +427,19 @@ class ApprovalStore:
                 via,
                 reason or "",
                 OUTBOX_MAXLEN,
+                "" if expected_escalations is None else str(expected_escalations),
             ],
         )
         code = int(result[0])
         if code == -1:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = await self.get(request_id)
-        kinds: dict[int, Literal["decided", "recorded", "duplicate", "closed"]] = {
+        kinds: dict[int, Literal["decided", "recorded", "duplicate", "closed", "moved"]] = {
             1: "decided",
             0: "closed",
             2: "duplicate",
             3: "recorded",
+            4: "moved",
         }
         approvals = sum(1 for v in request.votes if v.outcome == "approve")
         return VoteResult(kinds[code], request, approvals)
@@ -446,6 +465,7 @@ class ApprovalStore:
                 self.keys.deadlines,
                 self.keys.outbox,
                 self.keys.audit,
+                self.keys.pending,
             ],
             args=[
                 request.id,

@@ -24,14 +24,16 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from approvals.errors import ApprovalTimeout, NotFound
+from approvals.errors import ApprovalTimeout, NotFound, StoreUnavailable
 from approvals.keys import Keys
 from approvals.models import ApprovalRequest
 from approvals.store import ApprovalStore
 
 log = logging.getLogger(__name__)
 
-_REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+# The store turns Redis connection errors into StoreUnavailable: a read that failed that way
+# is retried, never dropped.
+_REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, StoreUnavailable)
 
 
 class Waiter:
@@ -62,6 +64,7 @@ class Waiter:
         self._subscribed = asyncio.Event()
         self._pubsub: PubSub | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._start_lock = asyncio.Lock()  # concurrent first `wait()`s start one subscription
         self.subscriptions = 0  # how often SUBSCRIBE was confirmed (1 + reconnects)
 
     @property
@@ -70,16 +73,17 @@ class Waiter:
 
     async def start(self) -> None:
         """Subscribe and start the listener and checker; returns once subscribed."""
-        if self._tasks:
-            return
-        self._pubsub = self.redis.pubsub()
-        await self._pubsub.subscribe(self.keys.decided_channel)
-        self._tasks = [
-            asyncio.create_task(self._listen(), name="waiter-listen"),
-            asyncio.create_task(self._check_loop(), name="waiter-check"),
-            asyncio.create_task(self._tick(), name="waiter-tick"),
-        ]
-        await self._subscribed.wait()
+        async with self._start_lock:
+            if self._tasks:
+                return
+            self._pubsub = self.redis.pubsub()
+            await self._pubsub.subscribe(self.keys.decided_channel)
+            self._tasks = [
+                asyncio.create_task(self._listen(), name="waiter-listen"),
+                asyncio.create_task(self._check_loop(), name="waiter-check"),
+                asyncio.create_task(self._tick(), name="waiter-tick"),
+            ]
+            await self._subscribed.wait()
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -8,10 +8,11 @@
 -- ARGV[11] outbox max length   ARGV[12] quorum   ARGV[13] reviewers JSON
 -- ARGV[14] terminal status ('' = pending)   ARGV[15] decision JSON   ARGV[16] decided by
 -- ARGV[17] via   ARGV[18] reason
+-- ARGV[19] the id of an expired request whose call-id marker may be replaced ('' = none)
 -- Returns {1, id} when created, {0, existing id} when the call_id was seen before.
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
-  if existing then return {0, existing} end
+  if existing and existing ~= ARGV[19] then return {0, existing} end
 end
 local decided = ARGV[14] ~= ''
 redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[8],

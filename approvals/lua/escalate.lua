@@ -1,5 +1,6 @@
 -- escalate: move a pending request whose deadline passed to another route, with a new deadline.
 -- KEYS[1] request hash   KEYS[2] deadlines zset   KEYS[3] outbox stream   KEYS[4] audit stream
+-- KEYS[5] pending zset
 -- ARGV[1] request id   ARGV[2] expected deadline (the one that passed)   ARGV[3] new route
 -- ARGV[4] new channel  ARGV[5] new deadline (epoch s)   ARGV[6] new quorum
 -- ARGV[7] new reviewers JSON   ARGV[8] now (epoch s)   ARGV[9] request TTL (s)
@@ -30,4 +31,10 @@ redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*', 'op', 'post', 'id', AR
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[1], 'event', 'escalated',
   'status', 'pending', 'by', 'system', 'via', 'timeout', 'at', ARGV[8],
   'reason', from_route .. ' -> ' .. ARGV[3])
+-- The indexes and streams must outlive the new deadline (a chain of escalations can keep a
+-- request pending past the window the last create gave them); never shorten a TTL.
+for i = 2, 5 do
+  local ttl = redis.call('TTL', KEYS[i])
+  if ttl ~= -2 and ttl < tonumber(ARGV[9]) then redis.call('EXPIRE', KEYS[i], ARGV[9]) end
+end
 return {1, n}

@@ -5,13 +5,18 @@
 -- ARGV[5] decision JSON used if this vote decides   ARGV[6] now (epoch s)
 -- ARGV[7] retention TTL (s)   ARGV[8] pub/sub channel   ARGV[9] via   ARGV[10] reason
 -- ARGV[11] outbox max length
+-- ARGV[12] expected escalations ('' = any): the voter was checked against that route
 -- Returns {1, status} when this vote decided, {0, status, decision JSON} when already decided,
 -- {2} when this voter had voted already, {3, approvals, quorum} when recorded and still pending,
+-- {4} when the request was escalated since the voter was checked (nothing recorded),
 -- {-1} when there is no such request.
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {-1} end
 if status ~= 'pending' then
   return {0, status, redis.call('HGET', KEYS[1], 'decision') or ''}
+end
+if ARGV[12] ~= '' and (redis.call('HGET', KEYS[1], 'escalations') or '0') ~= ARGV[12] then
+  return {4}
 end
 if redis.call('HSETNX', KEYS[1], 'vote:' .. ARGV[2], ARGV[4]) == 0 then return {2} end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'vote',
