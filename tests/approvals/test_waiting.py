@@ -129,7 +129,7 @@ async def test_decision_published_while_subscription_is_down_is_delivered(
         await wredis.aclose()
 
 
-async def test_client_kill_type_pubsub_then_decide(
+async def test_pubsub_connection_killed_while_deciding(
     store: ApprovalStore, redis_url: str, keys: Keys, redis: Redis
 ) -> None:
     (rid,) = await new_pending(store, 1)
@@ -139,9 +139,16 @@ async def test_client_kill_type_pubsub_then_decide(
     try:
         task = asyncio.create_task(waiter.wait(rid, timeout=20))
         await asyncio.sleep(0.05)
-        # Cut every pub/sub connection and decide before the waiter can resubscribe.
+        # Cut the waiter's own pub/sub connection (by id: never other clients on the
+        # server) and decide before the waiter can resubscribe.
+        pubsub_ids = [
+            c["id"]
+            for c in await redis.client_list()
+            if c.get("name") == f"w2-{keys.prefix}" and int(c.get("sub", 0)) > 0
+        ]
+        assert pubsub_ids, "waiter has a subscribed connection"
         await asyncio.gather(
-            redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub"),
+            redis.execute_command("CLIENT", "KILL", "ID", pubsub_ids[0]),
             store.resolve(rid, Decision.deny("too risky", by="U7")),
         )
         req = await asyncio.wait_for(task, timeout=15)
