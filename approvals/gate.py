@@ -27,8 +27,8 @@ from pydantic_core import to_jsonable_python
 from approvals.errors import ApprovalError, InvalidRequest
 from approvals.hooks import TIMEOUT_REASON, Allow, HookLike, call_maybe_async, is_async_callable
 from approvals.hooks import run_hook as _run_hook
-from approvals.keys import DEFAULT_DEADLINE_SECONDS
 from approvals.models import (
+    DEFAULT_DEADLINE_SECONDS,
     ApprovalConfig,
     ApprovalEvent,
     Decision,

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from approvals.errors import InvalidRequest, PayloadTooLarge
 
+#: A request with no deadline of its own expires after this long.
+DEFAULT_DEADLINE_SECONDS = 24 * 3600
+
 Kind = Literal["approval", "choice", "input"]
 Sensitivity = Literal["low", "pii", "secret"]
 EventKind = Literal["tool", "command", "file", "permissions"]

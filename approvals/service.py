@@ -16,7 +16,7 @@ from typing import Any, Literal
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
-from approvals.store import ApprovalStore, CreateResult, VoteResult
+from approvals.store.store import ApprovalStore, CreateResult, VoteResult
 
 log = logging.getLogger(__name__)
 

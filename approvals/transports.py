@@ -20,7 +20,6 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from approvals.approval import Approval, already_decided
-from approvals.connection import connect
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -31,13 +30,14 @@ from approvals.errors import (
     PayloadTooLarge,
     StoreUnavailable,
 )
-from approvals.keys import Keys
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
 from approvals.policy_file import build_policy
 from approvals.service import ApprovalService
-from approvals.store import ApprovalStore
-from approvals.waiting import Waiter
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Benchmark: the whole loop through one real bot process — create → posted, click → agent
 resumed, and complete cycles per second.
 
-    .venv/bin/python bench/bench_e2e.py [--requests 500] [--concurrency 50] [--redis-url URL]
+    .venv/bin/python -m bench.bench_e2e [--requests 500] [--concurrency 50] [--redis-url URL]
 
 The real `Bot` (aiohttp + slack-bolt with request signing, real Redis) runs in
 this process with the Slack emulator at its network boundary; agents call the
@@ -13,33 +13,26 @@ conservative. Prints tables, then one JSON line. See bench/README.md.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # runnable as `python bench/bench_e2e.py` from anywhere
-    sys.path.insert(0, str(ROOT))
+import aiohttp
+from redis.asyncio import Redis
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import contextlib  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections import Counter  # noqa: E402
-from collections.abc import AsyncIterator, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-from urllib.parse import urlencode  # noqa: E402
-
-import aiohttp  # noqa: E402
-from redis.asyncio import Redis  # noqa: E402
-
-from approvals.connection import DEFAULT_MAX_CONNECTIONS, connect  # noqa: E402
-from approvals.keys import Keys  # noqa: E402
-from bench.common import (  # noqa: E402
+from approvals.store.connection import DEFAULT_MAX_CONNECTIONS, connect
+from approvals.store.keys import Keys
+from bench.common import (
     add_redis_arguments,
     count_clients,
     delete_prefix,
@@ -51,11 +44,11 @@ from bench.common import (  # noqa: E402
     table,
     verdict,
 )
-from bot import ids  # noqa: E402
-from bot.app import Bot, BotConfig  # noqa: E402
-from bot.dispatcher import DispatcherOptions  # noqa: E402
-from tests.e2e.harness import CHANNEL, SIGNING_SECRET, Reviewer, sign  # noqa: E402
-from tests.slack_emulator import Call, SlackEmulator  # noqa: E402
+from bot import ids
+from bot.app import Bot, BotConfig
+from bot.dispatcher import DispatcherOptions
+from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
+from tests.support.slack_emulator import Call, SlackEmulator
 
 API_TOKEN = "bench-token"
 REVIEWER = "U0BENCHREVIEWER"

@@ -1,6 +1,6 @@
 """Benchmark: decision → waiter wake-up latency, RSS and Redis connections per waiter.
 
-    .venv/bin/python bench/bench_waiters.py [--waiters 1000,10000] [--redis-url URL]
+    .venv/bin/python -m bench.bench_waiters [--waiters 1000,10000] [--redis-url URL]
 
 The waiting side (one `Waiter` on its own small client) runs in a child process;
 this process creates the requests and decides them, so neither side's CPU skews
@@ -11,35 +11,29 @@ comparison. Prints tables, then one JSON line. See bench/README.md.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # runnable as `python bench/bench_waiters.py` from anywhere
-    sys.path.insert(0, str(ROOT))
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import gc  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from multiprocessing.connection import Connection  # noqa: E402
-from typing import Any  # noqa: E402
-
-from redis.asyncio import Redis  # noqa: E402
-from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: E402
-from redis.exceptions import TimeoutError as RedisTimeoutError  # noqa: E402
-
-from approvals.connection import connect  # noqa: E402
-from approvals.keys import Keys  # noqa: E402
-from approvals.models import ApprovalEvent, ApprovalRequest, Decision  # noqa: E402
-from approvals.store import ApprovalStore  # noqa: E402
-from approvals.waiting import Waiter  # noqa: E402
-from bench.common import (  # noqa: E402
+from approvals.models import ApprovalEvent, ApprovalRequest, Decision
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
+from bench.common import (
     GcPauses,
     add_redis_arguments,
     count_clients,

@@ -1,7 +1,7 @@
 """Helpers shared by the benchmark scripts: Redis selection, run facts, percentiles, RSS,
 client counts, GC pauses, child processes and pacing.
 
-Scripts put the repository root on `sys.path` before importing this module.
+The scripts run as modules from the repository root: `python -m bench.bench_e2e`.
 """
 
 from __future__ import annotations

@@ -28,16 +28,6 @@ from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from approvals.agent_hooks import (
-    HookEvent,
-    OnTimeout,
-    error_details,
-    hook_metadata,
-    output_for_failure,
-    parse_hook_input,
-    run_hook,
-    time_budget,
-)
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -47,6 +37,16 @@ from approvals.errors import (
     NotFound,
     PayloadTooLarge,
     StoreUnavailable,
+)
+from approvals.integrations.coding_agents import (
+    HookEvent,
+    OnTimeout,
+    error_details,
+    hook_metadata,
+    output_for_failure,
+    parse_hook_input,
+    run_hook,
+    time_budget,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.context import BotContext

@@ -23,13 +23,13 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-from approvals.connection import connect
-from approvals.keys import Keys
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
-from approvals.store import ApprovalStore
-from approvals.waiting import Waiter
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
 from bot import api, embedded_redis, listeners
 from bot.context import BotContext
 from bot.directory import Directory

@@ -1,6 +1,6 @@
 """`approval-bot`: the command line — serve, pending/show/approve/deny/audit, request, hooks.
 
-Configuration comes from the environment through `config.settings`.
+Configuration comes from the environment through `bot.settings`.
 `pending`, `show`, `approve`, `deny` and `audit` work on the bot's Redis
 (`REDIS_URL`, `APPROVALS_PREFIX`); `request` and `hook` use the bot's HTTP
 API when `APPROVALS_URL` (+ `APPROVALS_TOKEN`) is set, else Redis. A CLI
@@ -24,9 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from approvals.agent_hooks import parse_hook_input
 from approvals.client import ApprovalClient
-from approvals.connection import connect
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -34,9 +32,11 @@ from approvals.errors import (
     NotFound,
     StoreUnavailable,
 )
-from approvals.keys import Keys
+from approvals.integrations.coding_agents import parse_hook_input
 from approvals.policy_file import PolicyError, build_policy
-from approvals.store import ApprovalStore
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
 from approvals.transports import HttpTransport, RedisTransport
 from bot import embedded_redis
 from bot.commands import (
@@ -49,7 +49,7 @@ from bot.commands import (
     cmd_show,
     policy_for,
 )
-from config.settings import Settings, SettingsError, load_settings
+from bot.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger(__name__)
 

@@ -16,16 +16,16 @@ import time
 from datetime import datetime
 from typing import Any, TextIO
 
-from approvals.agent_hooks import hook_metadata, run_hook, time_budget
 from approvals.approval import Approval, already_decided
 from approvals.client import ApprovalClient
 from approvals.errors import AlreadyDecided, ApprovalTimeout, InvalidRequest
+from approvals.integrations.coding_agents import hook_metadata, run_hook, time_budget
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.policy import Policy
 from approvals.policy_file import build_policy
 from approvals.service import Actor, ApprovalService
-from approvals.store import ApprovalStore
-from config.settings import Settings
+from approvals.store.store import ApprovalStore
+from bot.settings import Settings
 
 
 def process_age() -> float:

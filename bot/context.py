@@ -7,10 +7,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from approvals.keys import Keys
 from approvals.service import ApprovalService
-from approvals.store import ApprovalStore
-from approvals.waiting import Waiter
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 from slack_sdk.errors import SlackApiError
 
-from approvals.keys import Keys
+from approvals.store.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
-from approvals.outbox import Outbox, OutboxEntry
 from approvals.policy import UNROUTED_CHANNEL
+from approvals.store.outbox import Outbox, OutboxEntry
 from bot import blocks
 from bot.context import BotContext
 

@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError
 from approvals.errors import InvalidRequest, NotAllowed, NotFound
 from approvals.models import ApprovalRequest
 from approvals.service import Actor
-from approvals.store import VoteResult
+from approvals.store.store import VoteResult
 from bot import ids, modals
 from bot.context import BotContext
 

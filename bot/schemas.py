@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
-from approvals.agent_hooks import HookInput, HookOutput
+from approvals.integrations.coding_agents import HookInput, HookOutput
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,

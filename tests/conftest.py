@@ -13,15 +13,17 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from approvals.connection import connect
-from approvals.keys import Keys
 from approvals.policy import Policy
 from approvals.service import ApprovalService
-from approvals.store import ApprovalStore
-from approvals.waiting import Waiter
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
 from bot import api, embedded_redis
 from bot.context import BotContext
 from tests.support import delete_prefix
+
+pytest_plugins = ["tests.support.e2e"]
 
 
 def _reachable(url: str) -> bool:

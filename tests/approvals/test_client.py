@@ -23,10 +23,10 @@ from approvals.errors import (
 )
 from approvals.gate import Denied, current_approval, require_approval
 from approvals.hooks import Allow, Async, Deny, run_hook
+from approvals.integrations.bot_review import SlackApprovalHook
 from approvals.models import ApprovalConfig, ApprovalEvent, Decision
 from approvals.policy_file import parse_policy
 from approvals.service import ApprovalService
-from approvals.slack_hook import SlackApprovalHook
 from approvals.transports import (
     HttpTransport,
     RedisTransport,

@@ -12,11 +12,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from approvals.keys import Keys
 from approvals.models import MAX_EVENT_BYTES
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
-from approvals.store import ApprovalStore
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
 from bot.api import add_routes, error_middleware
 from bot.context import BotContext
 from bot.schemas import ApprovalObject

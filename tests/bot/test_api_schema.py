@@ -28,12 +28,12 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from approvals.connection import connect
-from approvals.keys import Keys
 from approvals.policy_file import parse_policy
 from approvals.service import ApprovalService
-from approvals.store import ApprovalStore
-from approvals.waiting import Waiter
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from approvals.store.waiting import Waiter
 from bot.api import add_routes, error_middleware
 from bot.context import BotContext
 from bot.schemas import openapi_document

@@ -17,7 +17,7 @@ import pytest
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
-from config.settings import VARIABLES
+from bot.settings import VARIABLES
 from tests import support
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.example.yaml"

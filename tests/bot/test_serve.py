@@ -12,11 +12,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from approvals.connection import connect
-from approvals.keys import Keys
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
 from bot import app as bot_app
 from bot import cli
-from config.settings import load_settings
+from bot.settings import load_settings
 from tests.support import delete_prefix
 
 

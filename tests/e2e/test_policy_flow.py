@@ -13,11 +13,11 @@ import yaml
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.policy import Policy
 from approvals.policy_file import parse_policy
-from approvals.store import ApprovalStore
+from approvals.store.store import ApprovalStore
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions, opened_view
-from tests.slack_emulator import SlackEmulator
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, opened_view
+from tests.support.slack_emulator import SlackEmulator
 
 OPS = "C0OPS"
 SECURITY = "C0SECURITY"

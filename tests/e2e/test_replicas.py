@@ -8,13 +8,13 @@ import json
 from typing import Any
 
 from approvals.models import ApprovalEvent
-from approvals.outbox import Outbox
 from approvals.service import Actor
+from approvals.store.outbox import Outbox
 from bot import ids
 from bot.app import Bot
 from bot.dispatcher import DispatcherOptions
-from tests.e2e.harness import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
-from tests.slack_emulator import SlackEmulator
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
+from tests.support.slack_emulator import SlackEmulator
 
 
 async def submit(bot: Bot, tool: str = "deploy") -> str:

@@ -12,7 +12,7 @@ from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy_file import parse_policy
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import (
+from tests.support.e2e import (
     CHANNEL,
     SIGNING_SECRET,
     BotFactory,
@@ -21,7 +21,7 @@ from tests.e2e.harness import (
     opened_view,
     posted_message,
 )
-from tests.slack_emulator import SlackEmulator
+from tests.support.slack_emulator import SlackEmulator
 
 
 async def ask(

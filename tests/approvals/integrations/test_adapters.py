@@ -19,15 +19,15 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from approvals.adapters.langgraph import (
+from approvals.client import ApprovalClient
+from approvals.integrations.langgraph import (
     PAYLOAD_TYPE,
     approval_node,
     approval_payload,
     approval_resume,
     request_approval,
 )
-from approvals.adapters.openai_agents import parse_arguments, resolve_interruptions
-from approvals.client import ApprovalClient
+from approvals.integrations.openai_agents import parse_arguments, resolve_interruptions
 from approvals.transports import RedisTransport
 from bot.context import BotContext
 from tests.support import decide_next

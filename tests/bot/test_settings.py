@@ -1,9 +1,8 @@
-"""Tests for config.settings (the environment) and the Slack app manifests shipped in config/."""
+"""Tests for bot.settings (the environment) and the Slack app manifests shipped in config/."""
 
 from __future__ import annotations
 
 import traceback
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from config.settings import (
+from bot.settings import (
     DEFAULT_REDIS_URL,
     DEFAULT_SLACK_API_URL,
     VARIABLES,
@@ -356,10 +355,11 @@ def test_redact_url_leaves_urls_without_a_password_alone() -> None:
 # -- the Slack app manifests --
 
 SCOPES = ["chat:write", "im:write", "usergroups:read"]
+CONFIG = Path(__file__).resolve().parents[2] / "config"
 
 
 def manifest(name: str) -> Any:
-    data = yaml.safe_load((resources.files("config") / name).read_text())
+    data = yaml.safe_load((CONFIG / name).read_text())
     assert isinstance(data, dict)
     return data
 

@@ -13,7 +13,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from approvals.keys import Keys
+from approvals.store.keys import Keys
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from tests.slack_emulator import SlackEmulator
+from tests.support.slack_emulator import SlackEmulator
 
 TS = re.compile(r"^\d{10}\.\d{6}$")
 SECTION = {"type": "section", "text": {"type": "mrkdwn", "text": "Approve *deploy*?"}}

@@ -1,4 +1,7 @@
-"""End-to-end harness: the real bot (aiohttp + bolt) on real Redis, Slack emulated at the edge."""
+"""End-to-end harness: the real bot (aiohttp + bolt) on real Redis, Slack emulated at the edge.
+
+A pytest plugin (`pytest_plugins` in `tests/conftest.py`): its fixtures (`slack`, `make_bot`,
+`http`, `reviewer`) are available to every test; its helpers are imported from here."""
 
 from __future__ import annotations
 
@@ -15,11 +18,11 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
-from approvals.keys import Keys
 from approvals.policy import Policy
+from approvals.store.keys import Keys
 from bot.app import Bot, BotConfig
 from bot.dispatcher import DispatcherOptions
-from tests.slack_emulator import SlackEmulator
+from tests.support.slack_emulator import SlackEmulator
 
 SIGNING_SECRET = "test-signing-secret"
 CHANNEL = "C0APPROVALS"

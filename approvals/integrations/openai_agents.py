@@ -30,7 +30,7 @@ try:
     from agents import RunState, ToolApprovalItem
 except ImportError as e:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "approvals.adapters.openai_agents needs the OpenAI Agents SDK: "
+        "approvals.integrations.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'approval-bot[openai-agents]'"
     ) from e
 

@@ -11,8 +11,6 @@ from urllib.parse import quote
 
 #: How long a decided request (and its audit trail) is kept: 30 days.
 DEFAULT_RETENTION_SECONDS = 30 * 24 * 3600
-#: A request with no deadline of its own expires after this long.
-DEFAULT_DEADLINE_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import aiohttp
 
 from bot import ids
 from bot.app import Bot
-from tests.e2e.harness import BotFactory, Reviewer, opened_view
-from tests.slack_emulator import SlackEmulator
+from tests.support.e2e import BotFactory, Reviewer, opened_view
+from tests.support.slack_emulator import SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -36,7 +36,7 @@ try:
     from langgraph.types import Command, Interrupt, interrupt
 except ImportError as e:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "approvals.adapters.langgraph needs LangGraph: pip install 'approval-bot[langgraph]'"
+        "approvals.integrations.langgraph needs LangGraph: pip install 'approval-bot[langgraph]'"
     ) from e
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,6 @@
-"""Helpers shared by the tests and the benchmarks (importable as `tests.support`)."""
+"""Helpers shared by the tests and the benchmarks: `delete_prefix`, `decide_next` here; the Slack
+Web API emulator (`slack_emulator`), a fault-injecting Redis proxy (`redis_proxy`) and the
+end-to-end harness (`e2e`, registered as a pytest plugin in `tests/conftest.py`)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from approvals.keys import Keys
 from approvals.models import ApprovalRequest
 from approvals.service import Actor, ApprovalService
+from approvals.store.keys import Keys
 
 #: The Slack reviewer `decide_next` decides as.
 REVIEWER = Actor("U0REVIEWER", via="slack")

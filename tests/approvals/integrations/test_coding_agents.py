@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from approvals.agent_hooks import (
+from approvals.errors import InvalidRequest, StoreUnavailable
+from approvals.integrations.coding_agents import (
     event_from_claude,
     event_from_codex,
     hook_metadata,
@@ -17,7 +18,6 @@ from approvals.agent_hooks import (
     run_hook,
     time_budget,
 )
-from approvals.errors import InvalidRequest, StoreUnavailable
 from approvals.models import (
     MAX_EVENT_BYTES,
     ApprovalConfig,

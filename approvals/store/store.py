@@ -3,7 +3,7 @@
 A request is one hash (`Keys.request`): `data` holds the request as created
 (JSON) and the other fields hold what changes — `status`, `decision`, `route`,
 `channel`, `deadline`, `quorum`, `reviewers`, `escalations`, `message`,
-`vote:<user>`. Every change of state is one Lua script (`approvals/lua/`).
+`vote:<user>`. Every change of state is one Lua script (`approvals/store/lua/`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from approvals.errors import NotFound, PayloadTooLarge, StoreUnavailable
-from approvals.keys import DEFAULT_DEADLINE_SECONDS, Keys
 from approvals.models import (
+    DEFAULT_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,
     ApprovalRequest,
     Decision,
@@ -33,6 +33,7 @@ from approvals.models import (
     Vote,
     check_event_size,
 )
+from approvals.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ _STATUS_FOR_OUTCOME: dict[str, Status] = {
 
 
 def load_script_source(name: str) -> str:
-    return resources.files("approvals").joinpath(f"lua/{name}.lua").read_text()
+    return resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
 
 
 def ts(dt: datetime) -> str:

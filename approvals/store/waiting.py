@@ -25,9 +25,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from approvals.errors import ApprovalTimeout, NotFound, StoreUnavailable
-from approvals.keys import Keys
 from approvals.models import ApprovalRequest
-from approvals.store import ApprovalStore
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; run from the repository root as `python -m bench.<script>`."""

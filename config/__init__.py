@@ -1,1 +1,0 @@
-"""Configuration: the settings (the only code reading the environment) and Slack manifests."""
