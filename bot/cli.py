@@ -50,10 +50,13 @@ from bot.commands import (
     policy_for,
 )
 from bot.settings import Settings, SettingsError, load_settings
+from bot.setup import add_arguments as add_setup_arguments
+from bot.setup import run_setup
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOOK_TIMEOUT = 60.0  # give the same value as the hook's "timeout" in settings.json
+#: Never more than the hook `timeout` it is installed with (`approval-bot setup` writes both).
+DEFAULT_HOOK_TIMEOUT = 60.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _REDIS_NEEDED = "pending, show, approve, deny and audit need direct access to the bot's Redis"
@@ -155,9 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--timeout",
             type=positive_duration,
             default=DEFAULT_HOOK_TIMEOUT,
-            help="the hook's timeout in the agent's settings (answers before it)",
+            help="seconds to wait for a decision; must stay below the hook's timeout in the "
+            "agent's settings (else the agent kills the hook and runs the call)",
         )
         h.add_argument("--on-timeout", choices=("deny", "ask"), default="deny")
+    add_setup_arguments(sub)
     return parser
 
 
@@ -298,6 +303,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings)
     if args.command == "policy":
         return check_policy(args.file, settings, sys.stdout)
+    if args.command == "setup":
+        return run_setup(
+            args,
+            sys.stdout,
+            approvals_url=settings.approvals_url,
+            codex_home=settings.codex_home_or_default,
+        )
     configure_logging("WARNING")
     try:
         return asyncio.run(run(args, settings, sys.stdout))

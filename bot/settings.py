@@ -345,6 +345,15 @@ class Settings(BaseSettings):
         None, validation_alias="APPROVALS_TOKEN"
     )
 
+    # For `approval-bot setup codex`: where Codex keeps hooks.json and config.toml
+    codex_home: Annotated[Path | None, _on_path(lambda _: None)] = Field(
+        None, validation_alias="CODEX_HOME"
+    )
+
+    @property
+    def codex_home_or_default(self) -> Path:
+        return self.codex_home or Path.home() / ".codex"
+
     # -- cross-field check --
 
     @model_validator(mode="after")

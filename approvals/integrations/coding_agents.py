@@ -27,6 +27,8 @@ everywhere else `ask` is no output, which leaves the agent's normal flow.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -104,13 +106,30 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def derived_call_id(hook: HookInput) -> str | None:
+    """A stable call id for a hook call without `tool_use_id` (Codex PermissionRequest): the
+    session, the turn and a digest of the tool call, so a retried hook finds the same request.
+    None without both a session and a turn (nothing stable to key on)."""
+    turn = hook.model_extra.get("turn_id") if hook.model_extra else None
+    if not hook.session_id or not isinstance(turn, str) or not turn:
+        return None
+    call = json.dumps(
+        [hook.hook_event_name, hook.tool_name, hook.tool_input],
+        sort_keys=True,
+        ensure_ascii=True,
+        separators=(",", ":"),
+    )
+    digest = hashlib.sha256(f"{hook.session_id}\0{turn}\0{call}".encode()).hexdigest()[:32]
+    return f"hook:{digest}"
+
+
 def _event(hook: HookInput, agent: Dialect, kind: EventKind, **fields: Any) -> ApprovalEvent:
     try:
         return ApprovalEvent(
             kind=kind,
             tool_name=hook.tool_name,
             arguments=hook.tool_input,
-            call_id=hook.tool_use_id or None,
+            call_id=hook.tool_use_id or derived_call_id(hook),
             session_id=hook.session_id or None,
             agent=agent,
             cwd=hook.cwd or None,
@@ -141,9 +160,11 @@ def event_from_claude(payload: Any) -> ApprovalEvent:
 def event_from_codex(payload: Any) -> ApprovalEvent:
     """Codex hook input → the event to review.
 
-    `Bash` is a command; `apply_patch` is a file change (the first file its
-    patch names); `NetworkAccess` (PermissionRequest) is a permission ask;
-    MCP tools (`mcp__server__tool`) are tool calls."""
+    PermissionRequest carries no `tool_use_id`: its call id is derived from the
+    session, the turn and the call (`derived_call_id`). `Bash` is a command;
+    `apply_patch` is a file change (the first file its patch names);
+    `NetworkAccess` (PermissionRequest) is a permission ask; MCP tools
+    (`mcp__server__tool`) are tool calls."""
     hook = parse_hook_input(payload)
     command = _text(hook.tool_input.get("command"))
     if hook.tool_name == "Bash":
@@ -325,6 +346,27 @@ def output_for_failure(event: HookEvent, message: str) -> dict[str, Any]:
     return permission_request_output("deny", reason)
 
 
+def codex_reason(text: str) -> str:
+    """A reason as Codex should get it: Codex appends ". Command: …" to a deny reason, so a
+    reason ending in a full stop (or other closing punctuation) would read "…default.. Command"."""
+    return text.rstrip().rstrip(".!;:,。") or text
+
+
+def for_dialect(dialect: Dialect, output: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The final touch per agent: Codex reasons without trailing punctuation."""
+    if dialect != "codex" or output is None:
+        return output
+    specific = output.get("hookSpecificOutput")
+    if isinstance(specific, dict):
+        reason = specific.get("permissionDecisionReason")
+        if isinstance(reason, str):
+            specific["permissionDecisionReason"] = codex_reason(reason)
+        decision = specific.get("decision")
+        if isinstance(decision, dict) and isinstance(decision.get("message"), str):
+            decision["message"] = codex_reason(decision["message"])
+    return output
+
+
 def time_budget(hook_timeout: float) -> float:
     """How long to wait for a decision so the hook answers before the agent's `hook_timeout`
     (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
@@ -384,13 +426,16 @@ async def run_hook(
                 log.info(
                     "hook timed out dialect=%s id=%s on_timeout=%s", dialect, request_id, on_timeout
                 )
-                return output_for_timeout(dialect, hook_event, on_timeout, timeout, request_id)
+                return for_dialect(
+                    dialect,
+                    output_for_timeout(dialect, hook_event, on_timeout, timeout, request_id),
+                )
     except Exception as e:  # fail closed: never let an unreviewed call through
         log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
         message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-        return output_for_failure(hook_event, str(message))
+        return for_dialect(dialect, output_for_failure(hook_event, str(message)))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
-    return output_for_request(dialect, hook_event, request)
+    return for_dialect(dialect, output_for_request(dialect, hook_event, request))
 
 
 async def _withdraw(
