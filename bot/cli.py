@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +49,7 @@ from bot.commands import (
     cmd_request,
     cmd_show,
     policy_for,
+    process_started,
 )
 from bot.settings import Settings, SettingsError, load_settings
 from bot.setup import add_arguments as add_setup_arguments
@@ -288,9 +290,20 @@ def serve(settings: Settings) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `approval-bot` console script; returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> int:
+    """The `approval-bot` console script; returns the exit status.
+
+    `started` (monotonic clock) is when the caller's clock started, which a hook's
+    `--timeout` counts from. By default: run as the program (`argv` None, so the
+    arguments are this process's own) it is the process's spawn, as the agent
+    measures it; called with `argv` from a longer-lived process (a test, an
+    embedding program) it is this call."""
     args = build_parser().parse_args(argv)
+    args.started = (
+        started
+        if started is not None
+        else (process_started() if argv is None else time.monotonic())
+    )
     try:
         settings = load_settings()
     except SettingsError as e:

@@ -29,8 +29,7 @@ from bot.settings import Settings
 
 
 def process_age() -> float:
-    """Seconds since this process was spawned (Linux /proc; 0 where unavailable). The agent's
-    hook timeout runs from the spawn, so interpreter start-up and imports count against it."""
+    """Seconds since this process was spawned (Linux /proc; 0 where unavailable)."""
     try:
         with open("/proc/self/stat") as f:
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -41,9 +40,12 @@ def process_age() -> float:
         return 0.0
 
 
-#: When this process was spawned, on the monotonic clock: hooks answer within their timeout
-#: counted from here.
-PROCESS_STARTED = time.monotonic() - process_age()
+def process_started() -> float:
+    """When this process was spawned, on the monotonic clock. A command hook run as its own
+    process (what the agent spawns) counts its timeout from here, so interpreter start-up and
+    imports count against it; `bot.cli.main` called inside a longer-lived process counts from
+    the call instead."""
+    return time.monotonic() - process_age()
 
 
 class CliError(Exception):
@@ -314,7 +316,10 @@ async def cmd_hook(
             cancelled = await client.get(request_id)
         return cancelled.to_request()
 
-    budget = time_budget(args.timeout) - (time.monotonic() - PROCESS_STARTED)
+    # args.started: when the agent's clock started (see bot.cli.main); now if nobody said.
+    started = getattr(args, "started", None)
+    spent = time.monotonic() - started if started is not None else 0.0
+    budget = time_budget(args.timeout) - max(0.0, spent)
     output = await run_hook(
         args.dialect,
         payload,

@@ -322,7 +322,7 @@ async def test_long_poll_ends_with_the_wait(client: Client) -> None:
     elapsed = time.monotonic() - started
     assert resp.status == 200
     assert (await resp.json())["status"] == "pending"
-    assert 0.4 <= elapsed < 3
+    assert 0.4 <= elapsed < 10  # ends with the wait (generous: a loaded machine is slow)
 
 
 async def test_wait_is_capped(ctx: BotContext) -> None:
@@ -333,7 +333,7 @@ async def test_wait_is_capped(ctx: BotContext) -> None:
         started = time.monotonic()
         resp = await c.get(f"/v1/approvals/{made['id']}?wait=30", headers=AUTH)
         assert (await resp.json())["status"] == "pending"
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # capped at 0.3 s, not the 30 asked
         for bad in ("soon", "-1", "nan", "inf"):
             resp = await c.get(f"/v1/approvals/{made['id']}?wait={bad}", headers=AUTH)
             error = await error_of(resp, 422)
@@ -468,10 +468,10 @@ async def test_hook_timeout_gives_the_configured_outcome_in_time(
     ctx: BotContext, client: Client
 ) -> None:
     started = time.monotonic()
-    resp = await client.post("/hooks/claude-code?timeout=1", json=hook_body(), headers=AUTH)
+    resp = await client.post("/hooks/claude-code?timeout=2", json=hook_body(), headers=AUTH)
     elapsed = time.monotonic() - started
     out = await resp.json()
-    assert elapsed < 1.0
+    assert elapsed < 2.0  # the budget is 1.6 s: 0.4 s to spare on a loaded machine
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "No approval decision within" in out["hookSpecificOutput"]["permissionDecisionReason"]
     (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
@@ -479,11 +479,11 @@ async def test_hook_timeout_gives_the_configured_outcome_in_time(
 
     started = time.monotonic()
     resp = await client.post(
-        "/hooks/claude-code?timeout=1&on_timeout=ask",
+        "/hooks/claude-code?timeout=2&on_timeout=ask",
         json=hook_body(tool_use_id="toolu_02"),
         headers=AUTH,
     )
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0
     assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "ask"
 
 

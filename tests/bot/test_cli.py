@@ -7,7 +7,6 @@ import asyncio
 import functools
 import io
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -314,14 +313,49 @@ async def test_claude_code_hook_answers_before_its_timeout(
         monkeypatch.setattr(
             "sys.stdin", io.StringIO(hook_input(tool_use_id=f"toolu_t_{on_timeout}"))
         )
-        # The module's start time is long past: measure from now via a fresh budget.
-        monkeypatch.setattr("bot.commands.PROCESS_STARTED", time.monotonic())
         started = loop.time()
         assert await cli("hook", "claude-code", "--timeout", "2", "--on-timeout", on_timeout) == 0
         assert loop.time() - started < 2.0
         out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
         assert out["permissionDecision"] == expected
     assert await ctx.store.list_pending() == []  # both withdrawn
+
+
+async def test_hook_called_in_a_long_running_process_counts_from_the_call(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # This process has been running for ten minutes (pytest late in a run, or a program that
+    # embeds the entry point): the hook's 5 s still count from the call, not from the spawn.
+    monkeypatch.setattr("bot.commands.process_age", lambda: 600.0)
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_old")))
+    run = asyncio.create_task(cli("hook", "claude-code", "--timeout", "5"))
+    await decide_next(ctx.service, "Bash")
+    assert await run == 0
+    out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+    assert out["permissionDecision"] == "allow"
+
+
+async def test_hook_run_as_the_program_counts_from_the_process_spawn(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Spawned by the agent (argv from the command line): the agent's clock started at the
+    # spawn, so a process that is already past the timeout answers at once.
+    monkeypatch.setattr("bot.commands.process_age", lambda: 600.0)
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_spawn")))
+    monkeypatch.setattr("sys.argv", ["approval-bot", "hook", "claude-code", "--timeout", "20"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await asyncio.to_thread(main) == 0
+    assert loop.time() - started < 15, "the spent budget is not granted again"
+    out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny"
+    assert await ctx.store.list_pending() == []  # withdrawn
 
 
 async def test_codex_hook_pre_tool_use_and_permission_request(

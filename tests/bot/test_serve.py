@@ -36,8 +36,10 @@ def free_port() -> int:
 
 
 async def wait_healthy(port: int) -> dict[str, object]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
     async with aiohttp.ClientSession() as http:
-        for _ in range(200):
+        while loop.time() < deadline:
             try:
                 async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
                     if resp.status == 200:

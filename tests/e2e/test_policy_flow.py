@@ -93,12 +93,12 @@ async def test_quorum_progress_then_concurrent_votes_decide_once(
     bot = await make_bot(policy(QUORUM))
     assert bot.ctx is not None
     rid = (await submit(bot)).id
-    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     message = await posted_in(slack, CHANNEL, rid)
     assert "0 of 2 approvals" in text_of(message)
     alice: Reviewer = reviewer("U0ALICE")
     assert await alice.click(bot, message, CHANNEL, ids.APPROVE) == 200
-    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 5, "progress update")
+    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 15, "progress update")
     (progress,) = updates_of(slack, message)
     assert "1 of 2 approvals: <@U0ALICE>" in text_of(progress)
     assert has_actions(progress), "still open for the second vote"
@@ -152,7 +152,7 @@ async def test_two_reviewers_clicking_at_once_reach_the_quorum_once(
         alice.click(bot, message, CHANNEL, ids.APPROVE),
     )
     assert list(statuses) == [200] * 3
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "approved" and {v.user for v in req.votes} == {"U0ALICE", "U0BOB"}
     (told,) = await slack.wait_for("chat.postEphemeral", 1)
     assert told.body["user"] == "U0ALICE"
@@ -176,7 +176,7 @@ async def test_a_deny_beats_approvals(
     assert await bob.click(bot, message, CHANNEL, ids.DENY) == 200
     view = await opened_view(slack)
     await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "freeze week"}})
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "denied" and req.decision is not None
     assert (req.decision.decided_by, req.decision.reason) == ("U0BOB", "freeze week")
     assert await reviewer("U0CAROL").click(bot, message, CHANNEL, ids.APPROVE) == 200
@@ -210,7 +210,7 @@ async def test_escalation_chain_posts_on_each_route_and_the_agent_keeps_waiting(
     bot = await make_bot(policy(CHAIN))
     assert bot.ctx is not None
     rid = (await submit(bot)).id
-    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     first = await posted_in(slack, CHANNEL, rid)
     second = await posted_in(slack, OPS, rid)
     # The first message says where the request went, and takes no more clicks.
@@ -252,7 +252,7 @@ async def test_escalated_request_is_decided_on_the_new_route(
     bot = await make_bot(policy(CHAIN))
     assert bot.ctx is not None
     rid = (await submit(bot)).id
-    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     second = await posted_in(slack, OPS, rid)
     assert await reviewer("U0BOB").click(bot, second, OPS, ids.APPROVE) == 200
     req = await waiting
@@ -269,7 +269,7 @@ async def test_max_escalations_stops_the_chain(make_bot: BotFactory, slack: Slac
     bot = await make_bot(policy(data))
     assert bot.ctx is not None
     rid = (await submit(bot)).id
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert (req.status, req.route, req.escalations) == ("expired", "b", 1)
     await asyncio.sleep(0.3)
     assert posts_for(slack, rid) == [CHANNEL, OPS]
@@ -288,7 +288,7 @@ async def test_on_timeout_approve_approves_at_the_deadline(
     # The caller asks for a longer deadline; the route's wins either way.
     request = await submit(bot, config=ApprovalConfig(deadline_seconds=60))
     message = await posted_in(slack, CHANNEL, request.id)
-    req = await bot.ctx.waiter.wait(request.id, timeout=5)
+    req = await bot.ctx.waiter.wait(request.id, timeout=15)
     assert req.status == "approved" and req.decision is not None
     assert (req.decision.via, req.decision.decided_by) == ("timeout", "timeout")
     assert (req.decision.decided_at - request.created_at).total_seconds() >= 0.5
@@ -311,9 +311,9 @@ async def test_overdue_while_every_bot_was_stopped_expires_on_next_start(
     assert updates_of(slack, message) == []
     second = await make_bot()
     assert second.ctx is not None
-    req = await second.ctx.waiter.wait(rid, timeout=3)
+    req = await second.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "expired"
-    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 3, "the update")
+    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 15, "the update")
     (update,) = updates_of(slack, message)
     assert "Expired" in text_of(update) and not has_actions(update)
 
@@ -334,7 +334,7 @@ async def test_session_grant_reused_scoped_and_expired(
     rid = (await submit(bot, "run_shell", arguments={"cmd": "ls"}, session_id="s1")).id
     message = await posted_in(slack, CHANNEL, rid)
     assert await reviewer("U0ERIN").click(bot, message, CHANNEL, ids.APPROVE_SESSION) == 200
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.decision is not None and req.decision.for_session
     posts = len(slack.calls_to("chat.postMessage"))
 
@@ -394,11 +394,11 @@ async def test_secret_goes_to_the_strict_route_and_never_reaches_slack(
     await slack.wait_for("chat.postMessage", 3)  # the post and two DMs
     alice, bob = reviewer("U0ALICE"), reviewer("U0BOB")
     assert await alice.click(bot, message, SECURITY, ids.APPROVE) == 200
-    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 3, "progress")
+    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 15, "progress")
     assert await bob.click(bot, message, SECURITY, ids.DENY) == 200
     view = await opened_view(slack)
     await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "rotate next week"}})
-    req = await bot.ctx.waiter.wait(request.id, timeout=5)
+    req = await bot.ctx.waiter.wait(request.id, timeout=15)
     assert req.status == "denied"
     assert req.event.arguments["note"] == SECRET_VALUE, "the agent's record keeps the value"
     assert await alice.click(bot, message, SECURITY, ids.APPROVE) == 200
@@ -482,7 +482,7 @@ async def test_reviewers_get_a_dm_when_the_route_says_so(
             len([c for c in slack.calls_to("chat.postMessage") if c.body["channel"] in dm_channels])
             == 3
         ),
-        3,
+        15,
         "three DMs",
     )
     dms = [c for c in slack.calls_to("chat.postMessage") if c.body["channel"] in dm_channels]
@@ -518,7 +518,7 @@ async def test_reload_keeps_pending_requests_decidable(
     pending = (await submit(bot)).id
     message = await posted_in(slack, OPS, pending)
     assert await reviewer("U0BOB").click(bot, message, OPS, ids.APPROVE) == 200
-    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 3, "progress")
+    await slack.wait_until(lambda: len(updates_of(slack, message)) >= 1, 15, "progress")
 
     # The new file drops route ops and its rule; deploys now go to the default route.
     after = {"routes": {"default": {"channel": CHANNEL, "reviewers": ["U0DAVE"]}}}
@@ -537,7 +537,7 @@ async def test_reload_keeps_pending_requests_decidable(
         1,
     )
     assert await reviewer("U0CAROL").click(bot, message, OPS, ids.APPROVE) == 200
-    req = await bot.ctx.waiter.wait(pending, timeout=5)
+    req = await bot.ctx.waiter.wait(pending, timeout=15)
     assert req.status == "approved" and {v.user for v in req.votes} == {"U0BOB", "U0CAROL"}
 
     # A bad file keeps the policy in force.

@@ -39,7 +39,7 @@ async def test_agent_on_replica_a_resumed_by_click_on_replica_b(
     b = await make_bot()
     assert a.ctx is not None and b.ctx is not None
     rid = await submit(a)
-    waiting = asyncio.create_task(a.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(a.ctx.waiter.wait(rid, timeout=15))
     channel, message = await wait_posted(slack, rid)
     alice: Reviewer = reviewer("U0ALICE")
     assert await alice.click(b, message, channel, ids.APPROVE) == 200
@@ -139,9 +139,9 @@ async def test_socket_mode_click_decides(
 ) -> None:
     bot = await make_bot(slack_app_token="xapp-test")
     assert bot.ctx is not None
-    await slack.wait_until(lambda: slack.socket_connections > 0, 5, "socket connection")
+    await slack.wait_until(lambda: slack.socket_connections > 0, 15, "socket connection")
     rid = await submit(bot)
-    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     channel, message = await wait_posted(slack, rid)
     payload = reviewer("U0SOCK").click_payload(message, channel, ids.APPROVE)
     ack = await slack.socket_send_interactive(payload)
@@ -183,7 +183,7 @@ async def test_decision_landing_as_the_post_is_recorded_updates_the_message_once
 
     monkeypatch.setattr(ctx.store, "set_message", record_then_decide)
     rid = await submit(bot)
-    req = await ctx.waiter.wait(rid, timeout=5)
+    req = await ctx.waiter.wait(rid, timeout=15)
     assert req.status == "approved"
     await slack.wait_for("chat.update", 1)
     await asyncio.sleep(0.5)

@@ -57,7 +57,7 @@ async def test_approve_click_resumes_the_waiting_agent_and_updates_the_message(
     bot = await make_bot()
     assert bot.ctx is not None
     rid = await ask(bot)
-    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=10))
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     channel, message = await posted(slack, rid)
     assert channel == CHANNEL and has_actions(message)
     text = message_text(message)
@@ -88,7 +88,7 @@ async def test_deny_opens_modal_and_reason_reaches_the_agent(
     assert (await bot.ctx.store.get(rid)).status == "pending", "opening the modal decides nothing"
     status = await bob.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "not on Friday"}})
     assert status == 200
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "denied"
     assert req.decision is not None and req.decision.reason == "not on Friday"
     await slack.wait_for("chat.update", 1)
@@ -109,7 +109,7 @@ async def test_choice_and_input_kinds(
     )
     channel, message = await posted(slack, choice)
     assert await carol.click(bot, message, channel, ids.choose_action_id(1)) == 200
-    req = await bot.ctx.waiter.wait(choice, timeout=5)
+    req = await bot.ctx.waiter.wait(choice, timeout=15)
     assert req.status == "approved" and req.decision is not None
     assert req.decision.selection == "us-east-1"
 
@@ -123,7 +123,7 @@ async def test_choice_and_input_kinds(
     assert errors["response_action"] == "errors" and ids.INPUT_BLOCK in errors["errors"]
     assert (await bot.ctx.store.get(question)).status == "pending"
     assert await carol.submit(bot, view, {ids.INPUT_BLOCK: {ids.INPUT_ACTION: "OPS-42"}}) == 200
-    req = await bot.ctx.waiter.wait(question, timeout=5)
+    req = await bot.ctx.waiter.wait(question, timeout=15)
     assert req.status == "approved" and req.decision is not None
     assert req.decision.input == "OPS-42"
 
@@ -138,7 +138,7 @@ async def test_static_select_for_many_options(
     channel, message = await posted(slack, rid)
     dave: Reviewer = reviewer("U0DAVE")
     assert await dave.click(bot, message, channel, ids.CHOOSE_SELECT, selected="6") == 200
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.decision is not None and req.decision.selection == "option-6"
 
 
@@ -151,7 +151,7 @@ async def test_approve_for_session_grants_later_calls(
     rid = await ask(bot, "run_shell", cfg, session_id="sess-1")
     channel, message = await posted(slack, rid)
     assert await reviewer("U0ERIN").click(bot, message, channel, ids.APPROVE_SESSION) == 200
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.decision is not None and req.decision.for_session
     again = await bot.ctx.service.submit(
         ApprovalEvent(tool_name="run_shell", arguments={"cmd": "ls"}, session_id="sess-1"), cfg
@@ -195,7 +195,7 @@ async def test_double_click_and_racing_reviewers_decide_once(
         bob.click(bot, message, channel, ids.APPROVE),
     )
     assert statuses == [200] * 4
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "approved"
     await slack.wait_for("chat.postEphemeral", 3)
     await asyncio.sleep(0.3)
@@ -232,7 +232,7 @@ async def test_unauthorised_reviewer_and_self_approval_are_refused(
     assert (await bot.ctx.store.get(rid)).status == "pending"
     # A member of an allowed user group may decide.
     assert await reviewer("U0GROUPIE").click(bot, message, channel, ids.APPROVE) == 200
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "approved" and req.decision is not None
     assert req.decision.decided_by == "U0GROUPIE"
     assert slack.calls_to("usergroups.users.list")[0].body["usergroup"] == "S0SRE"
@@ -259,7 +259,7 @@ async def test_permanent_slack_error_ends_the_request_as_error(
     assert bot.ctx is not None
     slack.fail_next("chat.postMessage", "not_in_channel")
     rid = await ask(bot)
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "error"
     assert req.decision is not None and "not_in_channel" in (req.decision.reason or "")
 
@@ -269,7 +269,7 @@ async def test_expiry_updates_the_message(make_bot: BotFactory, slack: SlackEmul
     assert bot.ctx is not None
     rid = await ask(bot, config=ApprovalConfig(deadline_seconds=0.5))
     await posted(slack, rid)
-    req = await bot.ctx.waiter.wait(rid, timeout=5)
+    req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "expired"
     assert req.decision is not None and req.decision.reason == "approval timeout"
     await slack.wait_for("chat.update", 1)
@@ -301,7 +301,7 @@ async def test_no_secret_reaches_a_log_line_or_a_repr(
         rid = (await resp.json())["id"]
     channel, message = await posted(slack, rid)
     assert await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE) == 200
-    await bot.ctx.waiter.wait(rid, timeout=5)
+    await bot.ctx.waiter.wait(rid, timeout=15)
     await slack.wait_for("chat.update", 1)
     secrets = ("xoxb-test", SIGNING_SECRET, "test-token")
     logged = "\n".join(r.getMessage() for r in caplog.records)

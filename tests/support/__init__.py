@@ -5,6 +5,8 @@ end-to-end harness (`e2e`, registered as a pytest plugin in `tests/conftest.py`)
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Callable
 from typing import Any, Literal
 
 from redis.asyncio import Redis
@@ -50,3 +52,21 @@ async def decide_next(
     result = await service.decide(found[0].id, outcome, REVIEWER, **decision)
     assert result.status == "decided", result
     return result.request
+
+
+async def eventually(
+    check: Callable[[], Any], *, within: float = 10.0, what: str = "the condition"
+) -> Any:
+    """Poll `check` (sync or async) until it returns something truthy and return that; fail
+    after `within` s. For "it has started" preconditions, instead of a fixed sleep that a
+    loaded machine may outlast."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} did not happen within {within} s")
+        await asyncio.sleep(0.01)

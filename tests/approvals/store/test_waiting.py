@@ -14,6 +14,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
+from tests.support import eventually
 from tests.support.redis_proxy import RedisProxy
 
 
@@ -26,6 +27,15 @@ async def new_pending(store: ApprovalStore, n: int) -> list[str]:
 
 async def clients_named(redis: Redis, name: str) -> int:
     return sum(1 for c in await redis.client_list() if c.get("name") == name)
+
+
+async def subscribed_ids(redis: Redis, name: str) -> list[str]:
+    """Ids of the connections named `name` that hold a subscription."""
+    return [
+        c["id"]
+        for c in await redis.client_list()
+        if c.get("name") == name and int(c.get("sub", 0)) > 0
+    ]
 
 
 async def test_wait_returns_decision_made_after_wait_began(
@@ -74,8 +84,7 @@ async def test_thousand_waiters_wake_with_their_own_decision_on_few_connections(
     await waiter.start()
     try:
         tasks = {rid: asyncio.create_task(waiter.wait(rid, timeout=30)) for rid in ids}
-        await asyncio.sleep(0.2)
-        assert waiter.waiting == 1000
+        await eventually(lambda: waiter.waiting == 1000, what="1000 waiters registered")
         await asyncio.gather(
             *(
                 store.resolve(
@@ -112,14 +121,10 @@ async def test_decision_published_while_subscription_is_down_is_delivered(
     await waiter.start()
     try:
         tasks = [asyncio.create_task(waiter.wait(rid, timeout=20)) for rid in ids]
-        await asyncio.sleep(0.1)
         # Kill the pub/sub connection, and keep killing it while the decisions are published.
-        pubsub_ids = [
-            c["id"]
-            for c in await redis.client_list()
-            if c.get("name") == name and int(c.get("sub", 0)) > 0
-        ]
-        assert pubsub_ids, "waiter has a subscribed connection"
+        pubsub_ids = await eventually(
+            lambda: subscribed_ids(redis, name), what="the waiter's subscription"
+        )
         await redis.execute_command("CLIENT", "KILL", "ID", pubsub_ids[0])
         for rid in ids:
             await store.resolve(rid, Decision.approve(by="U1"))
@@ -140,15 +145,11 @@ async def test_pubsub_connection_killed_while_deciding(
     await waiter.start()
     try:
         task = asyncio.create_task(waiter.wait(rid, timeout=20))
-        await asyncio.sleep(0.05)
         # Cut the waiter's own pub/sub connection (by id: never other clients on the
         # server) and decide before the waiter can resubscribe.
-        pubsub_ids = [
-            c["id"]
-            for c in await redis.client_list()
-            if c.get("name") == f"w2-{keys.prefix}" and int(c.get("sub", 0)) > 0
-        ]
-        assert pubsub_ids, "waiter has a subscribed connection"
+        pubsub_ids = await eventually(
+            lambda: subscribed_ids(redis, f"w2-{keys.prefix}"), what="the waiter's subscription"
+        )
         await asyncio.gather(
             redis.execute_command("CLIENT", "KILL", "ID", pubsub_ids[0]),
             store.resolve(rid, Decision.deny("too risky", by="U7")),
@@ -185,7 +186,8 @@ async def test_concurrent_first_waits_start_one_subscription(
     waiter = Waiter(wredis, keys, store=store)  # never started: wait() starts it
     try:
         tasks = [asyncio.create_task(waiter.wait(rid, timeout=10)) for rid in ids]
-        await asyncio.sleep(0.2)
+        await eventually(lambda: waiter.subscriptions, what="the first subscription")
+        await asyncio.sleep(0.2)  # time for a second one, were the waits to race
         subscribed = [
             c for c in await redis.client_list() if c.get("name") == name and int(c["sub"]) > 0
         ]
@@ -213,7 +215,7 @@ async def test_decision_published_while_cut_off_is_read_on_resubscribe(
         await waiter.start()
         try:
             task = asyncio.create_task(waiter.wait(rid, timeout=20))
-            await asyncio.sleep(0.1)
+            await eventually(lambda: waiter.waiting and waiter.subscriptions, what="waiting")
             via.cut()
             await asyncio.sleep(0.1)
             await store.resolve(rid, Decision.approve(by="U1", input="while away"))
