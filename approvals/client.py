@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from approvals.approval import Approval
+from approvals.callbacks import Callback, as_callback
 from approvals.errors import AlreadyDecided, ApprovalError, ApprovalTimeout, InvalidRequest
 from approvals.hooks import TIMEOUT_REASON
 from approvals.models import ApprovalConfig, ApprovalEvent, Decision, EventKind, normalize_config
@@ -81,13 +82,17 @@ class ApprovalClient:
         *,
         channel: str | None = None,
         metadata: dict[str, Any] | None = None,
+        callback: Callback | dict[str, Any] | None = None,
     ) -> Approval:
-        """Ask for approval of `event`; a policy rule or a session grant may decide at once."""
+        """Ask for approval of `event`; a policy rule or a session grant may decide at once.
+        With `callback` (`{url, events?, metadata?}`) the bot POSTs a signed webhook to the
+        URL once the request is decided (the policy must allow its host)."""
         return await self.transport.request(
             event,
             normalize_config(config) if config is not None else None,
             channel=channel,
             metadata=metadata,
+            callback=as_callback(callback),
         )
 
     async def request(
@@ -102,8 +107,10 @@ class ApprovalClient:
         channel: str | None = None,
         metadata: dict[str, Any] | None = None,
         kind: EventKind = "tool",
+        callback: Callback | dict[str, Any] | None = None,
     ) -> Approval:
-        """Ask for approval of one tool call (idempotent on `call_id`)."""
+        """Ask for approval of one tool call (idempotent on `call_id`); `callback`: see
+        `submit`."""
         try:
             event = ApprovalEvent(
                 kind=kind,
@@ -115,7 +122,9 @@ class ApprovalClient:
             )
         except ValidationError as e:
             raise InvalidRequest(f"invalid approval request: {e}", details=e.errors()) from e
-        return await self.submit(event, config, channel=channel, metadata=metadata)
+        return await self.submit(
+            event, config, channel=channel, metadata=metadata, callback=callback
+        )
 
     async def get(self, request_id: str) -> Approval:
         return await self.transport.get(request_id)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from approvals.callbacks import Callback
 from approvals.errors import InvalidRequest, PayloadTooLarge
 
 #: A request with no deadline of its own expires after this long.
@@ -224,6 +225,8 @@ class ApprovalRequest(BaseModel):
     escalations: int = 0
     message: SlackMessage | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: Where to POST the signed approval object once decided (`approvals/callbacks.py`).
+    callback: Callback | None = None
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:

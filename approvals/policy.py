@@ -30,6 +30,7 @@ from pydantic import (
     field_validator,
 )
 
+from approvals.callbacks import CallbackPolicy
 from approvals.merge import HookOutput, merge_outcomes
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
@@ -265,6 +266,8 @@ class Policy(BaseModel):
     #: Requests at (or above, if no stricter entry) this sensitivity ask on this route.
     sensitivity_routes: dict[Sensitivity, str] = Field(default_factory=dict)
     defaults: PolicyDefaults = Field(default_factory=PolicyDefaults)
+    #: Where decision callbacks may go (`approvals/callbacks.py`); none by default.
+    callbacks: CallbackPolicy = Field(default_factory=CallbackPolicy)
 
     @classmethod
     def default(cls, channel: str, reviewers: Sequence[str] = ()) -> Policy:

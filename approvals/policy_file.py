@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from approvals.callbacks import CallbackPolicy
 from approvals.errors import InvalidRequest
 from approvals.policy import (
     DEFAULT_ROUTE,
@@ -35,7 +36,7 @@ SUFFIXES = (".yaml", ".yml", ".toml")
 _FIELD_NAMES = sorted(
     {
         field
-        for model in (Policy, PolicyDefaults, Route, Rule, Match)
+        for model in (Policy, PolicyDefaults, Route, Rule, Match, CallbackPolicy)
         for field in model.model_fields
     }
 )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from approvals.callbacks import Callback
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
@@ -73,10 +74,16 @@ class ApprovalService:
         requester: str | None = None,
         channel: str | None = None,
         metadata: dict[str, Any] | None = None,
+        callback: Callback | None = None,
     ) -> ApprovalRequest:
         """Create the request for `event` (see `create`) and return it."""
         result = await self.create(
-            event, config, requester=requester, channel=channel, metadata=metadata
+            event,
+            config,
+            requester=requester,
+            channel=channel,
+            metadata=metadata,
+            callback=callback,
         )
         return result.request
 
@@ -88,10 +95,14 @@ class ApprovalService:
         requester: str | None = None,
         channel: str | None = None,
         metadata: dict[str, Any] | None = None,
+        callback: Callback | None = None,
     ) -> CreateResult:
         """Create the request for `event`. A policy `allow`/`deny` or a session grant decides it
         at once (audited, never posted); otherwise it is posted to its route's channel.
-        `created` is false when the event's call_id had already made a request."""
+        `created` is false when the event's call_id had already made a request.
+        A `callback` the policy does not allow is `InvalidRequest` (nothing is stored)."""
+        if callback is not None:
+            self.policy.callbacks.check(callback)
         config = config or ApprovalConfig()
         decision = self.policy.evaluate(event, config)
         route = decision.route
@@ -112,6 +123,7 @@ class ApprovalService:
             quorum=decision.quorum if decision.action == "ask" else 1,
             requester=requester,
             metadata=metadata or {},
+            callback=callback,
             deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
         )
         # A policy allow/deny or a session grant decides at creation, in the same Lua

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from approvals.approval import Approval, already_decided
+from approvals.callbacks import Callback
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
@@ -57,6 +58,7 @@ class Transport(Protocol):
         *,
         channel: str | None,
         metadata: dict[str, Any] | None,
+        callback: Callback | None = None,
     ) -> Approval: ...
 
     async def get(self, request_id: str) -> Approval: ...
@@ -115,9 +117,12 @@ class RedisTransport(_LoopBound):
         *,
         channel: str | None,
         metadata: dict[str, Any] | None,
+        callback: Callback | None = None,
     ) -> Approval:
         self._check_loop()
-        submitted = await self.service.submit(event, config, channel=channel, metadata=metadata)
+        submitted = await self.service.submit(
+            event, config, channel=channel, metadata=metadata, callback=callback
+        )
         return Approval.from_request(submitted)
 
     async def get(self, request_id: str) -> Approval:
@@ -262,8 +267,9 @@ class HttpTransport(_LoopBound):
         *,
         channel: str | None,
         metadata: dict[str, Any] | None,
+        callback: Callback | None = None,
     ) -> Approval:
-        body = request_body(event, config, channel=channel, metadata=metadata)
+        body = request_body(event, config, channel=channel, metadata=metadata, callback=callback)
         return self._approval(await self._call("POST", "/v1/approvals", body=body))
 
     async def get(self, request_id: str) -> Approval:
@@ -320,6 +326,7 @@ def request_body(
     *,
     channel: str | None,
     metadata: dict[str, Any] | None,
+    callback: Callback | None = None,
 ) -> dict[str, Any]:
     """The `POST /v1/approvals` body for an event and its review config."""
     config = config or ApprovalConfig()
@@ -341,6 +348,7 @@ def request_body(
         "path": event.path,
         "cwd": event.cwd,
         "permissions": event.permissions,
+        "callback": callback.model_dump(mode="json") if callback else None,
     }
     if config.allow_for_session:
         body["allow_for_session"] = True
@@ -388,9 +396,10 @@ class ThreadedTransport:
         *,
         channel: str | None,
         metadata: dict[str, Any] | None,
+        callback: Callback | None = None,
     ) -> Approval:
         return await self._on_loop(
-            self.inner.request(event, config, channel=channel, metadata=metadata)
+            self.inner.request(event, config, channel=channel, metadata=metadata, callback=callback)
         )
 
     async def get(self, request_id: str) -> Approval:

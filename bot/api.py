@@ -284,6 +284,7 @@ class ApprovalsAPI:
             requester=body.requester,
             channel=body.channel,
             metadata=body.metadata,
+            callback=body.callback,
         )
         created, is_new = result.request, result.created
         self.ctx.count("api_created" if is_new else "api_reused")

@@ -35,6 +35,7 @@ from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
 from bot.sweeper import Sweeper
+from bot.webhooks import WebhookOptions, WebhookWorker
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class BotConfig:
     consumer: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     dispatcher: DispatcherOptions = field(default_factory=DispatcherOptions)
     sweep_interval: float = 1.0
+    webhooks: WebhookOptions = field(default_factory=WebhookOptions)
 
     @property
     def slack_enabled(self) -> bool:
@@ -82,6 +84,7 @@ class Bot:
         self.runner: web.AppRunner | None = None
         self.dispatcher: Dispatcher | None = None
         self.sweeper: Sweeper | None = None
+        self.webhooks: WebhookWorker | None = None
         self.socket_handler: Any = None
         self.port: int | None = None
         self._waiter_redis: Any = None
@@ -139,6 +142,8 @@ class Bot:
         self.port = sockets[0].getsockname()[1] if sockets else cfg.port
         self.sweeper = Sweeper(service, cfg.sweep_interval)
         await self.sweeper.start()
+        self.webhooks = WebhookWorker(self.ctx, cfg.consumer, cfg.webhooks)
+        await self.webhooks.start()
         if slack is not None:
             self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
             await self.dispatcher.start()
@@ -164,6 +169,8 @@ class Bot:
             await self.dispatcher.stop()
         if self.sweeper is not None:
             await self.sweeper.stop()
+        if self.webhooks is not None:
+            await self.webhooks.stop()
         if self.runner is not None:
             await self.runner.cleanup()
         if self.ctx is not None:

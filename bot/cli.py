@@ -39,7 +39,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.transports import HttpTransport, RedisTransport
-from bot import embedded_redis
+from bot import embedded_redis, webhook_commands
 from bot.commands import (
     CliError,
     cmd_audit,
@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         h.add_argument("--on-timeout", choices=("deny", "ask"), default="deny")
     add_setup_arguments(sub)
+    webhook_commands.add_parser(sub)
     return parser
 
 
@@ -245,6 +246,7 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             "approve": lambda: cmd_decide(args, store, out, settings),
             "deny": lambda: cmd_decide(args, store, out, settings),
             "audit": lambda: cmd_audit(args, store, out),
+            "webhooks": lambda: webhook_commands.cmd_webhooks(args, store, out),
         }
         return await commands[args.command]()
     finally:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
+from approvals.callbacks import Callback
 from approvals.integrations.coding_agents import HookInput, HookOutput
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
@@ -59,6 +60,8 @@ class CreateApproval(BaseModel):
     path: str | None = Field(default=None, max_length=4096)
     cwd: str | None = Field(default=None, max_length=4096)
     permissions: dict[str, Any] | None = None
+    #: A signed webhook to this URL once decided (the policy's callbacks.allowed_hosts).
+    callback: Callback | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> CreateApproval:

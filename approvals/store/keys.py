@@ -66,6 +66,33 @@ class Keys:
         """String: a short-lived lock (e.g. the sweeper's)."""
         return f"{self.prefix}:lock:{name}"
 
+    @property
+    def webhook_queue(self) -> str:
+        """Stream: webhook deliveries to attempt now, read by the `webhooks` consumer group."""
+        return f"{self.prefix}:webhooks:queue"
+
+    @property
+    def webhook_retries(self) -> str:
+        """Sorted set: delivery ids scored by when their next attempt is due (epoch seconds)."""
+        return f"{self.prefix}:webhooks:retry"
+
+    @property
+    def webhook_index(self) -> str:
+        """Sorted set: every delivery id scored by when it was opened (for listing)."""
+        return f"{self.prefix}:webhooks:index"
+
+    def webhook(self, delivery_id: str) -> str:
+        """Hash: one webhook delivery (request, url, status, body, counts)."""
+        return f"{self.prefix}:webhook:{delivery_id}"
+
+    def webhook_attempts(self, delivery_id: str) -> str:
+        """List: one JSON entry per delivery attempt, oldest first."""
+        return f"{self.prefix}:webhook:{delivery_id}:attempts"
+
+    def webhook_secret(self, principal: str) -> str:
+        """Hash: a principal's webhook signing secret (current, previous, previous_until)."""
+        return f"{self.prefix}:whsecret:{quote(principal, safe='')}"
+
     def pattern(self) -> str:
         """Glob matching every key under this prefix (tests, cleanup)."""
         return f"{self.prefix}:*"

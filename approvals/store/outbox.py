@@ -1,5 +1,7 @@
 """The outbox stream: work for Slack (post / update / escalated), read in a consumer group.
 
+`Outbox` is the consumer-group machinery for any such work stream: the
+webhook deliveries (`Keys.webhook_queue`, group `webhooks`) use it too.
 Any replica may take an entry; one that dies holding entries has them claimed
 by another after `min_idle_ms` (XAUTOCLAIM). Entries are acked once handled.
 """
@@ -39,28 +41,37 @@ def _entries(rows: list[tuple[str, dict[str, str]] | list[object]]) -> list[Outb
 
 
 class Outbox:
-    """Consumer-group access to `Keys.outbox` for one consumer name."""
+    """Consumer-group access to a work stream (default `Keys.outbox`) for one consumer name."""
 
-    def __init__(self, redis: Redis, keys: Keys, consumer: str, *, group: str = GROUP) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        consumer: str,
+        *,
+        group: str = GROUP,
+        stream: str | None = None,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
         self.group = group
+        self.stream = stream or keys.outbox
 
     async def ensure_group(self) -> None:
         """Create the stream and group if missing (from the start: nothing queued is skipped)."""
         try:
-            await self.redis.xgroup_create(self.keys.outbox, self.group, id="0", mkstream=True)
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
         except ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
-        await self.redis.expire(self.keys.outbox, self.keys.retention_seconds)
+        await self.redis.expire(self.stream, self.keys.retention_seconds)
 
     async def read(self, count: int = 50, block_ms: int = 1000) -> list[OutboxEntry]:
         """New entries for this consumer, waiting up to `block_ms`."""
         try:
             result = await self.redis.xreadgroup(
-                self.group, self.consumer, {self.keys.outbox: ">"}, count=count, block=block_ms
+                self.group, self.consumer, {self.stream: ">"}, count=count, block=block_ms
             )
         except ResponseError as e:
             if "NOGROUP" not in str(e):
@@ -76,7 +87,7 @@ class Outbox:
         """Take over entries another consumer read but did not ack within `min_idle_ms`."""
         try:
             result = await self.redis.xautoclaim(
-                self.keys.outbox,
+                self.stream,
                 self.group,
                 self.consumer,
                 min_idle_time=min_idle_ms,
@@ -96,8 +107,8 @@ class Outbox:
     async def ack(self, *entry_ids: str) -> int:
         if not entry_ids:
             return 0
-        return int(await self.redis.xack(self.keys.outbox, self.group, *entry_ids))
+        return int(await self.redis.xack(self.stream, self.group, *entry_ids))
 
     async def pending_count(self) -> int:
-        info = await self.redis.xpending(self.keys.outbox, self.group)
+        info = await self.redis.xpending(self.stream, self.group)
         return int(info["pending"]) if isinstance(info, dict) else int(info[0])

@@ -149,7 +149,7 @@ class ApprovalStore:
     def _decision_keys(self, request_id: str) -> list[str]:
         """KEYS of the scripts that take a request out of pending (resolve.lua, vote.lua)."""
         k = self.keys
-        return [k.request(request_id), k.pending, k.deadlines, k.outbox, k.audit]
+        return [k.request(request_id), k.pending, k.deadlines, k.outbox, k.audit, k.webhook_queue]
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
@@ -200,6 +200,7 @@ class ApprovalStore:
                 self.keys.deadlines,
                 self.keys.outbox,
                 self.keys.audit,
+                self.keys.webhook_queue,
             ],
             args=[
                 request.id,
@@ -221,6 +222,7 @@ class ApprovalStore:
                 decision.via if decision else "",
                 decision.reason or "" if decision else "",
                 _replacing,
+                "1" if request.callback is not None else "",
             ],
         )
         created, request_id = int(result[0]), str(result[1])

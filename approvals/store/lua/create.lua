@@ -9,6 +9,7 @@
 -- ARGV[14] terminal status ('' = pending)   ARGV[15] decision JSON   ARGV[16] decided by
 -- ARGV[17] via   ARGV[18] reason
 -- ARGV[19] the id of an expired request whose call-id marker may be replaced ('' = none)
+-- KEYS[7] webhook queue stream   ARGV[20] '1' when the request has a decision callback
 -- Returns {1, id} when created, {0, existing id} when the call_id was seen before.
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
@@ -18,6 +19,7 @@ local decided = ARGV[14] ~= ''
 redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[8],
   'channel', ARGV[9], 'deadline', ARGV[4], 'escalations', '0', 'quorum', ARGV[12],
   'reviewers', ARGV[13])
+if ARGV[20] == '1' then redis.call('HSET', KEYS[1], 'callback', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 if ARGV[7] == '1' then
   redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[5])
@@ -30,6 +32,10 @@ if decided then
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', ARGV[14],
     'status', ARGV[14], 'by', ARGV[16], 'via', ARGV[17], 'at', ARGV[3], 'reason', ARGV[18],
     'route', ARGV[8])
+  if ARGV[20] == '1' then
+    redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[11], '*', 'op', 'decided', 'id', ARGV[1])
+    redis.call('EXPIRE', KEYS[7], ARGV[6])
+  end
   return {1, ARGV[1]}
 end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])

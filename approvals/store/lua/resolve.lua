@@ -1,6 +1,7 @@
 -- resolve: the one compare-and-set out of `pending`; exactly one caller wins.
 -- KEYS[1] request hash   KEYS[2] pending zset   KEYS[3] deadlines zset
 -- KEYS[4] outbox stream  KEYS[5] audit stream
+-- KEYS[6] webhook queue stream (an entry when the request has a callback: `callback` is set)
 -- ARGV[1] request id     ARGV[2] new status   ARGV[3] decision JSON   ARGV[4] now (epoch s)
 -- ARGV[5] retention TTL (s)   ARGV[6] pub/sub channel   ARGV[7] decided by   ARGV[8] via
 -- ARGV[9] reason (may be empty)   ARGV[10] outbox max length
@@ -25,5 +26,9 @@ redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[1], 'event', ARGV[2],
   'status', ARGV[2], 'by', ARGV[7], 'via', ARGV[8], 'at', ARGV[4], 'reason', ARGV[9])
 redis.call('EXPIRE', KEYS[5], ARGV[5])
+if redis.call('HEXISTS', KEYS[1], 'callback') == 1 then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[10], '*', 'op', 'decided', 'id', ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ARGV[5])
+end
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return {1, ARGV[2]}

@@ -1,6 +1,7 @@
 -- vote: record one reviewer's vote towards a quorum; decide when it is reached or on any deny.
 -- KEYS[1] request hash   KEYS[2] pending zset   KEYS[3] deadlines zset
 -- KEYS[4] outbox stream  KEYS[5] audit stream
+-- KEYS[6] webhook queue stream (an entry when the request has a callback: `callback` is set)
 -- ARGV[1] request id   ARGV[2] voter   ARGV[3] vote outcome (approve/deny)   ARGV[4] vote JSON
 -- ARGV[5] decision JSON used if this vote decides   ARGV[6] now (epoch s)
 -- ARGV[7] retention TTL (s)   ARGV[8] pub/sub channel   ARGV[9] via   ARGV[10] reason
@@ -46,5 +47,9 @@ redis.call('EXPIRE', KEYS[4], ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', new_status,
   'status', new_status, 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[10])
 redis.call('EXPIRE', KEYS[5], ARGV[7])
+if redis.call('HEXISTS', KEYS[1], 'callback') == 1 then
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'op', 'decided', 'id', ARGV[1])
+  redis.call('EXPIRE', KEYS[6], ARGV[7])
+end
 redis.call('PUBLISH', ARGV[8], ARGV[1])
 return {1, new_status}
