@@ -72,7 +72,7 @@ class WebhookReceiver:
             await asyncio.sleep(reply.delay)
         return web.Response(status=reply.status, headers=reply.headers, text="ok")
 
-    async def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
+    async def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:  # noqa: ASYNC109
         """Until `count` requests have arrived (AssertionError naming what came if not)."""
         try:
             async with asyncio.timeout(timeout):

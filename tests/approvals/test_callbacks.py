@@ -130,7 +130,7 @@ def test_policy_file_section_is_checked() -> None:
         default_channel="C0APPROVALS",
     )
     assert parsed.callbacks.allowed_hosts == ["hooks.example.com", "10.0.0.0/8"]
-    with pytest.raises(PolicyError, match="callbacks.allowed_hosts"):
+    with pytest.raises(PolicyError, match=r"callbacks\.allowed_hosts"):
         parse_policy(
             {"callbacks": {"allowed_hosts": ["10.0.0.0/33"]}},
             source="p.yaml",

@@ -111,7 +111,10 @@ async def approve(ctx: BotContext, request: ApprovalRequest) -> None:
 
 
 async def settled(
-    ctx: BotContext, request_id: str, *statuses: str, timeout: float = 10.0
+    ctx: BotContext,
+    request_id: str,
+    *statuses: str,
+    timeout: float = 10.0,  # noqa: ASYNC109
 ) -> Delivery:
     deliveries = Deliveries(ctx.redis, ctx.keys)
     end = time.monotonic() + timeout
@@ -357,7 +360,7 @@ async def test_an_entry_taken_by_a_worker_that_died_is_delivered_by_another(
         assert await dead.queue.pending_count() == 0
 
 
-# -- SSRF -------------------------------------------------------------------------------------------
+# -- SSRF ---------------------------------------------------------------------------------------
 
 
 async def test_a_name_resolving_to_loopback_is_refused_at_connect_time(
@@ -395,9 +398,9 @@ async def test_dns_rebinding_and_mixed_answers_are_refused() -> None:
     guard = GuardedResolver(lambda: policy, dns)
     first = await guard.resolve("rebind.test", 80)
     assert [r["host"] for r in first] == ["93.184.216.34"]
-    with pytest.raises(CallbackRefused, match="127.0.0.1"):
+    with pytest.raises(CallbackRefused, match=r"127\.0\.0\.1"):
         await guard.resolve("rebind.test", 80)  # the second lookup answers loopback
-    with pytest.raises(CallbackRefused, match="169.254.169.254"):
+    with pytest.raises(CallbackRefused, match=r"169\.254\.169\.254"):
         await guard.resolve("mixed.test", 80)
     with pytest.raises(CallbackRefused, match="fd00::1"):
         await guard.resolve("v6.test", 80)
