@@ -31,7 +31,7 @@ from bot.webhooks import (
     backoff,
     retry_after_seconds,
 )
-from tests.webhook_receiver import Reply, WebhookReceiver
+from tests.support.webhook_receiver import Reply, WebhookReceiver
 
 FAST = WebhookOptions(
     timeout=1.0,
