@@ -1,5 +1,7 @@
 """Folding several hooks' (or policy rules') outputs for one call into one outcome (DESIGN.md §3).
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 Precedence is `deny > ask > allow`; the legacy `block` counts as `deny` and
 `approve` as `allow`; with no decision anywhere the result is `none`. Only
 the reasons given at the winning rank are kept, joined by a blank line. The
@@ -36,8 +38,9 @@ _BY_RANK: dict[int, MergedDecision] = {0: "none", 1: "allow", 2: "ask", 3: "deny
 REASON_SEPARATOR = "\n\n"
 
 
-class HookOutput(BaseModel):
-    """One hook's (or rule's) output. Takes Claude Code's camelCase names or snake_case ones.
+class RuleOutcome(BaseModel):
+    """One rule's (or one hook's) outcome, before merging. Takes Claude Code's camelCase names or
+    snake_case ones.
 
     Fields the merge does not use are ignored, so a raw hook JSON object can
     be validated as is.
@@ -69,16 +72,16 @@ class MergedOutcome(BaseModel):
     system_messages: tuple[str, ...] = ()
 
 
-def _coerce(output: HookOutput | Mapping[str, Any]) -> HookOutput:
-    if isinstance(output, HookOutput):
+def _coerce(output: RuleOutcome | Mapping[str, Any]) -> RuleOutcome:
+    if isinstance(output, RuleOutcome):
         return output
     try:
-        return HookOutput.model_validate(output)
+        return RuleOutcome.model_validate(output)
     except ValidationError as e:
         raise InvalidRequest(f"invalid hook output: {e}", details=e.errors()) from e
 
 
-def merge_outcomes(outputs: Iterable[HookOutput | Mapping[str, Any]]) -> MergedOutcome:
+def merge_outcomes(outputs: Iterable[RuleOutcome | Mapping[str, Any]]) -> MergedOutcome:
     """Fold `outputs` (in hook order) into one `MergedOutcome`; nothing given → `none`."""
     best = 0
     reasons: dict[int, list[str]] = {}

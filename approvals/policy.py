@@ -1,5 +1,7 @@
 """Team review policy: routes, rules, and deciding what a policy says about one event.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 A policy names *routes* (a Slack channel, its reviewers, quorum, deadline and
 what happens at the deadline) and *rules* (what to match, then `allow`,
 `deny` or `ask` on a route). Every rule that matches an event is folded with
@@ -31,7 +33,7 @@ from pydantic import (
 )
 
 from approvals.callbacks import CallbackPolicy
-from approvals.merge import HookOutput, merge_outcomes
+from approvals.merge import RuleOutcome, merge_outcomes
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
     MAX_TEXT,
@@ -290,7 +292,7 @@ class Policy(BaseModel):
         """Fold every matching rule into one decision; no match → ask on the default route."""
         config = config or ApprovalConfig()
         matched = [r for r in self.rules if r.match.matches(event, config.sensitivity)]
-        merged = merge_outcomes(HookOutput(decision=r.action, reason=_reason(r)) for r in matched)
+        merged = merge_outcomes(RuleOutcome(decision=r.action, reason=_reason(r)) for r in matched)
         action: Action = "ask" if merged.decision == "none" else merged.decision
         winners = [r for r in matched if r.action == action]
         levels = [config.sensitivity, *(r.sensitivity for r in winners if r.sensitivity)]

@@ -1,5 +1,7 @@
 """Turning a policy file (YAML or TOML) or its parsed data into a checked `Policy`.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 Fields are validated by the models in `approvals.policy`; cross-references
 (routes named by rules, escalation chains, duplicate rule names) are checked
 here once every field is valid. Every problem becomes one line of the

@@ -1,5 +1,7 @@
 """The approval service: submit (policy, grants, routes), decide (who may, quorum), expire.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 Every entry point — Slack clicks, the HTTP API, the CLI, the Python client —
 goes through one `ApprovalService`, so the rules of who may decide and how a
 request is routed live in one place.

@@ -1,4 +1,7 @@
-"""The default `require_approval` handler: a y/N prompt on the terminal (no TTY → deny)."""
+"""The default `require_approval` handler: a y/N prompt on the terminal (no TTY → deny).
+
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+"""
 
 from __future__ import annotations
 

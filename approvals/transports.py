@@ -1,5 +1,7 @@
 """How a client reaches the approvals core: `Transport` and its Redis, HTTP and threaded kinds.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 `RedisTransport` works on the core directly, `HttpTransport` on a remote bot's
 HTTP API (long-polling), `ThreadedTransport` runs either on a private loop in
 a thread; `transport_factory` picks one from the environment.

@@ -41,11 +41,11 @@ from approvals.errors import (
 from approvals.integrations.coding_agents import (
     HookEvent,
     OnTimeout,
+    answer_hook,
     error_details,
     hook_metadata,
     output_for_failure,
     parse_hook_input,
-    run_hook,
     time_budget,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
@@ -335,7 +335,7 @@ class ApprovalsAPI:
                 [{"loc": ["query", "on_timeout"], "msg": message, "type": "enum"}],
             )
         try:
-            # Too deep for the store: `run_hook` denies it like any call it cannot submit.
+            # Too deep for the store: `answer_hook` denies it like any call it cannot submit.
             payload = await read_json(
                 request, self.ctx.max_body_bytes, keep_head=True, max_depth=None
             )
@@ -364,7 +364,7 @@ class ApprovalsAPI:
 
         budget = time_budget(hook_timeout) - (loop.time() - started)
         mode: OnTimeout = "ask" if on_timeout == "ask" else "deny"
-        output = await run_hook(
+        output = await answer_hook(
             "claude-code",
             payload,
             submit,

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from approvals.approval import Approval, already_decided
 from approvals.client import ApprovalClient
 from approvals.errors import AlreadyDecided, ApprovalTimeout, InvalidRequest
-from approvals.integrations.coding_agents import hook_metadata, run_hook, time_budget
+from approvals.integrations.coding_agents import answer_hook, hook_metadata, time_budget
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.policy import Policy
 from approvals.policy_file import build_policy
@@ -320,7 +320,7 @@ async def cmd_hook(
     started = getattr(args, "started", None)
     spent = time.monotonic() - started if started is not None else 0.0
     budget = time_budget(args.timeout) - max(0.0, spent)
-    output = await run_hook(
+    output = await answer_hook(
         args.dialect,
         payload,
         submit,

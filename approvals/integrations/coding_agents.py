@@ -1,6 +1,6 @@
 """Claude Code and Codex hook JSON: hook input → `ApprovalEvent`, decision → hook output.
 
-Pure translation plus one transport-agnostic runner (`run_hook`), shared by the
+Pure translation plus one transport-agnostic runner (`answer_hook`), shared by the
 bot's `POST /hooks/claude-code` endpoint and the `approval-bot hook …` commands.
 
 Input (both agents): `session_id`, `cwd`, `hook_event_name`, `tool_name`,
@@ -377,7 +377,7 @@ def time_budget(hook_timeout: float) -> float:
 # -- the runner -----------------------------------------------------------------------------
 
 
-async def run_hook(
+async def answer_hook(
     dialect: Dialect,
     payload: Any,
     submit: Submit,

@@ -1,4 +1,7 @@
-"""Creating the one Redis client a process uses (bounded blocking pool, sane timeouts)."""
+"""Creating the one Redis client a process uses (bounded blocking pool, sane timeouts).
+
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Every Redis key name and its time-to-live; no key is spelled anywhere else.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 For Redis Cluster, give a prefix with a hash tag (e.g. ``{approvals}``): all
 keys then share one slot and every Lua script stays legal.
 """

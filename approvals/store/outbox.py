@@ -1,7 +1,10 @@
 """The outbox stream: work for Slack (post / update / escalated), read in a consumer group.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 `Outbox` is the consumer-group machinery for any such work stream: the
 webhook deliveries (`Keys.webhook_queue`, group `webhooks`) use it too.
+
 Any replica may take an entry; one that dies holding entries has them claimed
 by another after `min_idle_ms` (XAUTOCLAIM). Entries are acked once handled.
 """

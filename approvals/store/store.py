@@ -1,5 +1,7 @@
 """The Redis store of approval requests: create, read, decide (Lua CAS), vote, escalate, audit.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 A request is one hash (`Keys.request`): `data` holds the request as created
 (JSON) and the other fields hold what changes — `status`, `decision`, `route`,
 `channel`, `deadline`, `quorum`, `reviewers`, `escalations`, `message`,

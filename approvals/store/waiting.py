@@ -1,5 +1,7 @@
 """Waking waiting agents: one pub/sub connection per process fans decisions out to futures.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 The store publishes a request id on `Keys.decided_channel` when it leaves
 `pending`. A `Waiter` holds one subscription and one checker task; `wait(id)`
 registers a future, *then* asks the checker to read the state, so a decision

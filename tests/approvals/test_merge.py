@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from approvals.errors import InvalidRequest
-from approvals.merge import HookOutput, MergedOutcome, merge_outcomes
+from approvals.merge import MergedOutcome, RuleOutcome, merge_outcomes
 
 
-def out(decision: str | None = None, **fields: Any) -> HookOutput:
-    return HookOutput.model_validate({"decision": decision, **fields})
+def out(decision: str | None = None, **fields: Any) -> RuleOutcome:
+    return RuleOutcome.model_validate({"decision": decision, **fields})
 
 
 def test_nothing_gives_none() -> None:
@@ -135,7 +135,7 @@ decisions = st.sampled_from([None, "allow", "approve", "ask", "deny", "block"])
 # Reasons without newlines, so a merged reason splits back into its parts.
 reasons = st.one_of(st.none(), st.text(st.characters(exclude_characters="\n"), max_size=5))
 outputs = st.builds(
-    HookOutput,
+    RuleOutcome,
     decision=decisions,
     reason=reasons,
     continue_=st.booleans(),
@@ -146,13 +146,13 @@ outputs = st.builds(
 
 
 @given(st.lists(outputs), st.lists(outputs))
-def test_any_deny_wins(before: list[HookOutput], after: list[HookOutput]) -> None:
+def test_any_deny_wins(before: list[RuleOutcome], after: list[RuleOutcome]) -> None:
     for denial in ("deny", "block"):
         assert merge_outcomes([*before, out(denial), *after]).decision == "deny"
 
 
 @given(st.lists(outputs, max_size=8), st.randoms(use_true_random=False))
-def test_decision_does_not_depend_on_order(items: list[HookOutput], rnd: Any) -> None:
+def test_decision_does_not_depend_on_order(items: list[RuleOutcome], rnd: Any) -> None:
     shuffled = list(items)
     rnd.shuffle(shuffled)
     first, second = merge_outcomes(items), merge_outcomes(shuffled)
@@ -164,14 +164,14 @@ def test_decision_does_not_depend_on_order(items: list[HookOutput], rnd: Any) ->
 
 
 @given(st.lists(outputs.filter(lambda o: o.decision is None)))
-def test_none_when_nothing_decided(items: list[HookOutput]) -> None:
+def test_none_when_nothing_decided(items: list[RuleOutcome]) -> None:
     merged = merge_outcomes(items)
     assert merged.decision == "none"
     assert merged.reason is None
 
 
 @given(st.lists(outputs))
-def test_decision_is_the_strictest_present(items: list[HookOutput]) -> None:
+def test_decision_is_the_strictest_present(items: list[RuleOutcome]) -> None:
     present = {o.decision for o in items}
     expected = (
         "deny"
@@ -186,7 +186,7 @@ def test_decision_is_the_strictest_present(items: list[HookOutput]) -> None:
 
 
 @given(st.lists(outputs))
-def test_accumulation_keeps_every_non_empty_entry_in_order(items: list[HookOutput]) -> None:
+def test_accumulation_keeps_every_non_empty_entry_in_order(items: list[RuleOutcome]) -> None:
     merged = merge_outcomes(items)
     assert list(merged.additional_context) == [
         o.additional_context for o in items if o.additional_context

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from approvals.integrations.coding_agents import codex_reason, event_from_codex, run_hook
+from approvals.integrations.coding_agents import answer_hook, codex_reason, event_from_codex
 from approvals.service import Actor
 from bot.context import BotContext
 
@@ -53,7 +53,7 @@ def test_a_tool_use_id_still_wins() -> None:
 async def test_a_retried_permission_request_finds_the_same_request(ctx: BotContext) -> None:
     payload = permission_request("curl x.io")
     first = asyncio.create_task(
-        run_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
+        answer_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
     )
     pending: list[str] = []
     for _ in range(200):
@@ -63,7 +63,7 @@ async def test_a_retried_permission_request_finds_the_same_request(ctx: BotConte
         await asyncio.sleep(0.02)
     assert len(pending) == 1
     retry = asyncio.create_task(
-        run_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
+        answer_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
     )
     await asyncio.sleep(0.2)
     await ctx.service.decide(pending[0], "deny", Actor("U1"), reason="not today.")
@@ -80,7 +80,7 @@ async def test_a_retried_permission_request_finds_the_same_request(ctx: BotConte
 
 async def test_codex_timeout_reason_has_no_trailing_full_stop(ctx: BotContext) -> None:
     payload = {**permission_request("ls"), "hook_event_name": "PreToolUse", "tool_use_id": "t1"}
-    out = await run_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=0.3)
+    out = await answer_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=0.3)
     assert out is not None
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]
     assert reason.endswith("denied by default")

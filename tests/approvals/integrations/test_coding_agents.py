@@ -1,4 +1,4 @@
-"""Claude Code / Codex hook JSON: the translation tables, the output shapes, and run_hook."""
+"""Claude Code / Codex hook JSON: the translation tables, the output shapes, and answer_hook."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 from approvals.errors import InvalidRequest, StoreUnavailable
 from approvals.integrations.coding_agents import (
+    answer_hook,
     event_from_claude,
     event_from_codex,
     hook_metadata,
     output_for_request,
     output_for_timeout,
-    run_hook,
     time_budget,
 )
 from approvals.models import (
@@ -323,7 +323,7 @@ def test_time_budget_answers_before_the_hook_timeout() -> None:
     assert 0 < time_budget(1) < 1
 
 
-# -- run_hook on the real store and waiter ------------------------------------------------------
+# -- answer_hook on the real store and waiter ------------------------------------------------------
 
 
 async def _pending_id(ctx: BotContext) -> str:
@@ -337,7 +337,7 @@ async def _pending_id(ctx: BotContext) -> str:
 
 async def test_run_hook_waits_for_the_reviewer(ctx: BotContext) -> None:
     task = asyncio.create_task(
-        run_hook(
+        answer_hook(
             "claude-code",
             claude("Bash", {"command": "make deploy"}),
             ctx.service.submit,
@@ -361,12 +361,14 @@ async def test_run_hook_waits_for_the_reviewer(ctx: BotContext) -> None:
 async def test_run_hook_retry_with_the_same_tool_use_id_reuses_the_request(ctx: BotContext) -> None:
     payload = claude("Bash", {"command": "ls"})
     first = asyncio.create_task(
-        run_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
+        answer_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
     )
     request_id = await _pending_id(ctx)
     await ctx.service.decide(request_id, "approve", Actor("U1"))
     assert await first is None  # Codex PreToolUse approval: print nothing
-    again = await run_hook("claude-code", payload, ctx.service.submit, ctx.waiter.wait, timeout=1)
+    again = await answer_hook(
+        "claude-code", payload, ctx.service.submit, ctx.waiter.wait, timeout=1
+    )
     assert again == pre("allow", "Approved by <@U1>")
     created = [e for e in await ctx.store.audit_entries() if e.event == "created"]
     assert [e.request_id for e in created] == [request_id]  # one request, asked once
@@ -377,7 +379,7 @@ async def test_run_hook_timeout_cancels_and_answers_in_time(ctx: BotContext) -> 
         return (await ctx.service.cancel(request_id, by="hook", reason=reason)).request
 
     started = time.monotonic()
-    out = await run_hook(
+    out = await answer_hook(
         "claude-code",
         claude("Bash", {"command": "ls"}, hook_event_name="PermissionRequest"),
         ctx.service.submit,
@@ -400,7 +402,7 @@ async def test_a_decision_that_wins_the_race_with_the_cancel_is_used(ctx: BotCon
         await ctx.service.decide(request_id, "approve", Actor("U3"), input="ok, go")
         return (await ctx.service.cancel(request_id, reason=reason)).request
 
-    out = await run_hook(
+    out = await answer_hook(
         "claude-code",
         claude("Bash", {"command": "ls"}),
         ctx.service.submit,
@@ -420,13 +422,13 @@ async def test_run_hook_fails_closed_when_the_store_is_down() -> None:
     async def wait(request_id: str, limit: float) -> ApprovalRequest:
         raise AssertionError("never waits")
 
-    out = await run_hook("codex", claude("Bash", {"command": "ls"}), submit, wait, timeout=1)
+    out = await answer_hook("codex", claude("Bash", {"command": "ls"}), submit, wait, timeout=1)
     assert out == pre("deny", "Approval service error: Redis is unreachable: connection refused")
 
 
 async def test_run_hook_rejects_bad_input_without_storing(ctx: BotContext) -> None:
     with pytest.raises(InvalidRequest):
-        await run_hook(
+        await answer_hook(
             "claude-code", claude("Bash", ["ls"]), ctx.service.submit, ctx.waiter.wait, timeout=1
         )
     assert await ctx.store.audit_entries() == []
@@ -443,7 +445,7 @@ async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
         raise AssertionError("unreachable")
 
     started = time.monotonic()
-    out = await run_hook(
+    out = await answer_hook(
         "claude-code", claude("Bash", {"command": "ls"}), hang, ctx.waiter.wait, timeout=1
     )
     # A generous bound (a loaded machine schedules late); a hang would never return.
@@ -451,7 +453,7 @@ async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
     assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
 
     started = time.monotonic()
-    out = await run_hook(
+    out = await answer_hook(
         "codex",
         claude("Bash", {"command": "ls"}, tool_use_id="toolu_hang"),
         ctx.service.submit,
@@ -465,6 +467,6 @@ async def test_run_hook_answers_within_its_budget_when_submit_or_cancel_hang(
 
 async def test_run_hook_denies_a_call_it_cannot_review(ctx: BotContext) -> None:
     too_long = claude("Bash", {"command": "x" * (MAX_EVENT_BYTES + 1)})
-    out = await run_hook("codex", too_long, ctx.service.submit, ctx.waiter.wait, timeout=1)
+    out = await answer_hook("codex", too_long, ctx.service.submit, ctx.waiter.wait, timeout=1)
     assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert await ctx.store.audit_entries() == []
