@@ -6,13 +6,14 @@
     ├── NotFound              unknown request id (HTTP 404)
     ├── AlreadyDecided        a decision on a request that is no longer pending (HTTP 409)
     ├── NotAllowed            the actor may not decide this request (HTTP 403)
-    ├── ApprovalTimeout       waiting ended before a decision
+    ├── ApprovalTimeout       waiting ended before a decision (HTTP 504)
     └── StoreUnavailable      Redis could not be reached (HTTP 503)
 
 Losing a compare-and-set race is *not* an exception: `ApprovalStore.resolve`
 returns a `ResolveResult` whose `won` is false. `AlreadyDecided` is raised
 only where a caller asked for a decision that can no longer happen and must
-be told so (the CLI, the HTTP API).
+be told so (the CLI, the HTTP API). `HTTP_STATUS` below is the one status table: the
+API answers with it and the HTTP client reads it back.
 """
 
 from __future__ import annotations
@@ -61,3 +62,51 @@ class ApprovalTimeout(ApprovalError):
 
 class StoreUnavailable(ApprovalError):
     code = "store_unavailable"
+
+
+#: The HTTP status the API answers each error with (most specific class first); any other
+#: `ApprovalError` is a 400. The HTTP client reads these statuses back as the same classes.
+HTTP_STATUS: tuple[tuple[type[ApprovalError], int], ...] = (
+    (PayloadTooLarge, 413),
+    (InvalidRequest, 422),
+    (NotFound, 404),
+    (AlreadyDecided, 409),
+    (NotAllowed, 403),
+    (StoreUnavailable, 503),
+    (ApprovalTimeout, 504),
+)
+#: Statuses that come from HTTP itself (a body that is not JSON, no bearer token, a proxy's
+#: gateway errors, which win over the table: a bare 504 is a proxy's), read back as the
+#: error they amount to.
+_HTTP_ONLY_STATUS: dict[int, type[ApprovalError]] = {
+    400: InvalidRequest,
+    401: NotAllowed,
+    502: StoreUnavailable,
+    504: StoreUnavailable,
+}
+_BY_STATUS: dict[int, type[ApprovalError]] = {
+    **{status: cls for cls, status in HTTP_STATUS},
+    **_HTTP_ONLY_STATUS,
+}
+_BY_CODE: dict[str, type[ApprovalError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidRequest,
+        PayloadTooLarge,
+        NotFound,
+        AlreadyDecided,
+        NotAllowed,
+        ApprovalTimeout,
+        StoreUnavailable,
+    )
+}
+
+
+def http_status(error: ApprovalError) -> int:
+    """The HTTP status `error` is answered with."""
+    return next((status for cls, status in HTTP_STATUS if isinstance(error, cls)), 400)
+
+
+def error_class(code: str, status: int) -> type[ApprovalError]:
+    """The error an HTTP error answer stands for: by its `code`, else by its status."""
+    return _BY_CODE.get(code) or _BY_STATUS.get(status, ApprovalError)

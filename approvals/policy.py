@@ -42,6 +42,7 @@ from approvals.models import (
     EventKind,
     Sensitivity,
 )
+from approvals.slack_ids import CHANNEL_ID, REVIEWER_ID
 
 Action = Literal["allow", "deny", "ask"]
 OnTimeout = Literal["deny", "approve", "escalate"]
@@ -54,19 +55,17 @@ UNROUTED_CHANNEL = "C0UNROUTED"
 MAX_QUORUM = 20
 _LEVEL: dict[str, int] = {"low": 0, "pii": 1, "secret": 2}
 _STRICTEST_FIRST: tuple[Sensitivity, ...] = ("secret", "pii", "low")
-_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]+")
-_REVIEWER_ID = re.compile(r"[UWS][A-Z0-9]+")
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 def _channel_id(value: str) -> str:
-    if not _CHANNEL_ID.fullmatch(value):
+    if not CHANNEL_ID.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slack channel id (C…, G… or D…, not a #name)")
     return value
 
 
 def _reviewer_id(value: str) -> str:
-    if not _REVIEWER_ID.fullmatch(value):
+    if not REVIEWER_ID.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slack user id (U…, W…) or user-group id (S…)")
     return value
 

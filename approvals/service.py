@@ -19,6 +19,7 @@ from approvals.callbacks import Callback
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
+from approvals.slack_ids import is_user_group
 from approvals.store.store import ApprovalStore, CreateResult, VoteResult
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,6 @@ class ExpiryResult:
     request_id: str
     action: Literal["expired", "approved", "escalated", "skipped"]
     request: ApprovalRequest | None = None
-
-
-def is_group(reviewer: str) -> bool:
-    return reviewer.startswith("S")
 
 
 class ApprovalService:
@@ -168,10 +165,10 @@ class ApprovalService:
             return "self"
         if not request.reviewers:
             return None
-        users = {r for r in request.reviewers if not is_group(r)}
+        users = {r for r in request.reviewers if not is_user_group(r)}
         if actor.id in users:
             return None
-        for group in (r for r in request.reviewers if is_group(r)):
+        for group in (r for r in request.reviewers if is_user_group(r)):
             if self.membership is not None and actor.id in await self.membership(group):
                 return None
         return "not_reviewer"

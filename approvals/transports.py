@@ -28,10 +28,8 @@ from approvals.errors import (
     ApprovalError,
     ApprovalTimeout,
     InvalidRequest,
-    NotAllowed,
-    NotFound,
-    PayloadTooLarge,
     StoreUnavailable,
+    error_class,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
@@ -154,32 +152,6 @@ class RedisTransport(_LoopBound):
             await self.redis.aclose()
 
 
-_ERRORS: dict[str, type[ApprovalError]] = {
-    cls.code: cls
-    for cls in (
-        InvalidRequest,
-        PayloadTooLarge,
-        NotFound,
-        AlreadyDecided,
-        NotAllowed,
-        ApprovalTimeout,
-        StoreUnavailable,
-    )
-}
-_ERRORS_BY_STATUS: dict[int, type[ApprovalError]] = {
-    400: InvalidRequest,
-    401: NotAllowed,
-    403: NotAllowed,
-    404: NotFound,
-    409: AlreadyDecided,
-    413: PayloadTooLarge,
-    422: InvalidRequest,
-    502: StoreUnavailable,
-    503: StoreUnavailable,
-    504: StoreUnavailable,
-}
-
-
 def error_from_response(status: int, body: Any, fallback: str) -> ApprovalError:
     """The `ApprovalError` matching an HTTP error answer `{"error": {"code", "message"}}`."""
     err = body.get("error") if isinstance(body, dict) else None
@@ -187,7 +159,7 @@ def error_from_response(status: int, body: Any, fallback: str) -> ApprovalError:
         code, message = str(err.get("code", "")), str(err.get("message") or fallback)
     else:
         code, message = "", fallback
-    cls = _ERRORS.get(code) or _ERRORS_BY_STATUS.get(status, ApprovalError)
+    cls = error_class(code, status)
     if code == "api_disabled":  # a configuration problem, not a blip worth retrying
         cls = ApprovalError
     if cls is AlreadyDecided:

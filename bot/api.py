@@ -33,12 +33,11 @@ from approvals.errors import (
     ApprovalError,
     ApprovalTimeout,
     InvalidRequest,
-    NotAllowed,
-    NotFound,
     PayloadTooLarge,
-    StoreUnavailable,
+    http_status,
 )
 from approvals.integrations.coding_agents import (
+    DEFAULT_HOOK_TIMEOUT,
     HookEvent,
     OnTimeout,
     answer_hook,
@@ -51,7 +50,6 @@ from approvals.integrations.coding_agents import (
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.context import BotContext
 from bot.schemas import (
-    DEFAULT_HOOK_TIMEOUT,
     MAX_HOOK_TIMEOUT,
     CancelApproval,
     CreateApproval,
@@ -88,15 +86,6 @@ class APIError(Exception):
         self.details, self.headers = details, headers
 
 
-_STATUS: tuple[tuple[type[ApprovalError], int], ...] = (
-    (PayloadTooLarge, 413),
-    (InvalidRequest, 422),
-    (NotFound, 404),
-    (AlreadyDecided, 409),
-    (NotAllowed, 403),
-    (StoreUnavailable, 503),
-    (ApprovalTimeout, 504),
-)
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
@@ -111,7 +100,7 @@ def error_response(
 
 
 def _approval_error(e: ApprovalError) -> web.Response:
-    status = next((s for cls, s in _STATUS if isinstance(e, cls)), 400)
+    status = http_status(e)
     details = e.details
     if isinstance(e, AlreadyDecided) and isinstance(e.request, ApprovalRequest):
         d = e.request.decision

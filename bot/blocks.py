@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from approvals.models import ApprovalRequest, default_prompt, utcnow
+from approvals.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from bot import ids
 from bot.masking import hidden_values, mask_arguments, mask_text
 
@@ -42,8 +43,8 @@ SENSITIVITY_BADGES = {
 
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 # Slack ids: a type letter, then upper-case letters and digits (at least one digit).
-_USER_ID = re.compile(r"^(?:slack:)?([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
-_CHANNEL_ID = re.compile(r"^(?:slack:)?([CGD](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
+_USER_ID = re.compile(rf"^(?:slack:)?([{USER_LETTERS}](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
+_CHANNEL_ID = re.compile(rf"^(?:slack:)?([{CHANNEL_LETTERS}](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
 
 
 # ---------------------------------------------------------------- text helpers

@@ -33,7 +33,7 @@ from approvals.errors import (
     NotFound,
     StoreUnavailable,
 )
-from approvals.integrations.coding_agents import parse_hook_input
+from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, parse_hook_input
 from approvals.policy_file import PolicyError, build_policy
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
@@ -57,8 +57,6 @@ from bot.setup import run_setup
 
 log = logging.getLogger(__name__)
 
-#: Never more than the hook `timeout` it is installed with (`approval-bot setup` writes both).
-DEFAULT_HOOK_TIMEOUT = 60.0
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _REDIS_NEEDED = "pending, show, approve, deny and audit need direct access to the bot's Redis"

@@ -23,6 +23,7 @@ from slack_sdk.errors import SlackApiError
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
+from approvals.slack_ids import is_user, is_user_group
 from approvals.store.outbox import Outbox, OutboxEntry
 from bot import blocks
 from bot.context import BotContext
@@ -286,9 +287,9 @@ class Dispatcher:
         # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
         # prompt, which holds the arguments as the agent sent them.
         summary = blocks.request_message(request)["text"]
-        users = [r for r in request.reviewers if r[:1] in ("U", "W")]
+        users = [r for r in request.reviewers if is_user(r)]
         membership = self.ctx.service.membership
-        for group in (r for r in request.reviewers if r[:1] == "S"):
+        for group in (r for r in request.reviewers if is_user_group(r)):
             users += sorted(await membership(group)) if membership else []
         for user in dict.fromkeys(users):  # each reviewer once, in order
             try:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
 from approvals.callbacks import Callback
-from approvals.integrations.coding_agents import HookInput, HookOutput
+from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, HookInput, HookOutput
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,
@@ -26,8 +26,6 @@ from approvals.models import (
     Status,
 )
 
-#: Default Claude Code hook timeout assumed when `?timeout=` is not given, in seconds.
-DEFAULT_HOOK_TIMEOUT = 55.0
 MAX_HOOK_TIMEOUT = 3600.0
 
 
@@ -241,7 +239,8 @@ def openapi_document() -> dict[str, Any]:
                         "name": "timeout",
                         "in": "query",
                         "required": False,
-                        "description": "the hook's timeout in settings.json, seconds (default 55)",
+                        "description": "the hook's timeout in settings.json, seconds "
+                        f"(default {DEFAULT_HOOK_TIMEOUT:g})",
                         "schema": {"type": "number", "minimum": 1, "maximum": MAX_HOOK_TIMEOUT},
                     },
                     {

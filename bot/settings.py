@@ -37,6 +37,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from approvals.slack_ids import CHANNEL_LETTERS, REVIEWER_LETTERS, is_user_group
+
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 #: Names a dotenv file to read (optional; the environment wins over it).
@@ -46,8 +48,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _BOT_TOKEN = re.compile(r"xoxb-[A-Za-z0-9-]+")
 _APP_TOKEN = re.compile(r"xapp-[A-Za-z0-9-]+")
 _NO_SPACE = re.compile(r"\S+")
-_REVIEWER_ID = re.compile(r"[UWS][A-Z0-9]{2,}")
-_CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{2,}")
+_REVIEWER_ID = re.compile(rf"[{REVIEWER_LETTERS}][A-Z0-9]{{2,}}")
+_CHANNEL_ID = re.compile(rf"[{CHANNEL_LETTERS}][A-Z0-9]{{2,}}")
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9_.:{}-]+")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -395,12 +397,12 @@ class Settings(BaseSettings):
     @property
     def reviewer_users(self) -> tuple[str, ...]:
         """The user ids (U…, W…) among APPROVALS_REVIEWERS."""
-        return tuple(r for r in self.approvals_reviewers if not r.startswith("S"))
+        return tuple(r for r in self.approvals_reviewers if not is_user_group(r))
 
     @property
     def reviewer_groups(self) -> tuple[str, ...]:
         """The user group ids (S…) among APPROVALS_REVIEWERS."""
-        return tuple(r for r in self.approvals_reviewers if r.startswith("S"))
+        return tuple(r for r in self.approvals_reviewers if is_user_group(r))
 
 
 #: Every variable `Settings` reads (its fields' aliases).

@@ -79,13 +79,9 @@ class Report:
 
 def default_bot_wait(kind: str) -> float:
     """What the bot waits when the hook does not say: the flag's / the endpoint's default."""
-    if kind == "http":
-        from bot.schemas import DEFAULT_HOOK_TIMEOUT as HTTP_DEFAULT
+    from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT  # one default, both kinds
 
-        return HTTP_DEFAULT
-    from bot.cli import DEFAULT_HOOK_TIMEOUT as COMMAND_DEFAULT
-
-    return COMMAND_DEFAULT
+    return DEFAULT_HOOK_TIMEOUT
 
 
 def _check_timeouts(report: Report, ref: HookRef, agent_name: str) -> None:

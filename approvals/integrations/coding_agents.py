@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals.errors import ApprovalTimeout, InvalidRequest
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
+from approvals.slack_ids import USER_ID
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ OnTimeout = Literal["deny", "ask"]
 DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
 #: Claude Code tools whose `tool_input` names the file they change.
 CLAUDE_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+#: The agent's hook timeout assumed when the caller does not give one (`approval-bot hook
+#: --timeout`, `POST /hooks/…?timeout=`), in seconds.
+DEFAULT_HOOK_TIMEOUT = 60.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0
 
-_SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
 
 Submit = Callable[[ApprovalEvent], Awaitable[ApprovalRequest]]
@@ -265,7 +268,7 @@ def permission_request_output(
 def _who(decided_by: str | None) -> str:
     if not decided_by:
         return "a reviewer"
-    return f"<@{decided_by}>" if _SLACK_USER.fullmatch(decided_by) else decided_by
+    return f"<@{decided_by}>" if USER_ID.fullmatch(decided_by) else decided_by
 
 
 def decision_text(request: ApprovalRequest) -> str:
