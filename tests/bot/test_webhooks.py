@@ -494,3 +494,62 @@ async def test_metrics_show_webhook_counters(ctx: BotContext, start_worker: Star
     assert "approvals_webhook_attempt_failures 1" in text
     assert "approvals_webhook_delivered 1" in text
     assert "approvals_webhook_attempt_seconds_count 2" in text
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+async def test_cli_lists_failed_deliveries_retries_one_and_shows_and_rotates_the_secret(
+    ctx: BotContext,
+    start_worker: Start,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bot.cli import main
+    from bot.settings import VARIABLES
+
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("APPROVALS_PREFIX", ctx.keys.prefix)
+
+    async def cli(*argv: str) -> int:
+        return await asyncio.to_thread(main, list(argv))
+
+    assert await cli("webhooks", "list") == 0
+    assert capsys.readouterr().out == "no webhook deliveries\n"
+    async with WebhookReceiver(Reply(400)) as receiver:
+        await start_worker()
+        failing = await ask(ctx, receiver.url)
+        await approve(ctx, failing)
+        await settled(ctx, failing.id, "failed")
+        fine = await ask(ctx, receiver.url)
+        await approve(ctx, fine)
+        await settled(ctx, fine.id, "delivered")
+        assert await cli("webhooks", "list") == 0
+        table = capsys.readouterr().out
+        assert f"msg_{failing.id}" in table and f"msg_{fine.id}" in table and "400" in table
+        assert await cli("webhooks", "list", "--failed", "--json") == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        row = json.loads(line)
+        assert row["id"] == f"msg_{failing.id}" and row["status"] == "failed"
+        assert [a["status"] for a in row["attempt_log"]] == [400]
+        assert await cli("webhooks", "retry", f"msg_{failing.id}") == 0
+        assert "queued again" in capsys.readouterr().out
+        await settled(ctx, failing.id, "delivered")
+        assert receiver.ids().count(f"msg_{failing.id}") == 2
+    assert await cli("webhooks", "retry", "msg_apr_nope") == 1
+    assert "no webhook delivery" in capsys.readouterr().err
+    assert await cli("webhooks", "secret") == 0
+    secret = capsys.readouterr().out.strip()
+    assert secret == await WebhookSecrets(ctx.redis, ctx.keys).current(DEFAULT_PRINCIPAL)
+    assert await cli("webhooks", "secret", "--rotate") == 0
+    rotated = capsys.readouterr().out.strip()
+    assert rotated.startswith("whsec_") and rotated != secret
+    assert await WebhookSecrets(ctx.redis, ctx.keys).signing(DEFAULT_PRINCIPAL) == [
+        rotated,
+        secret,
+    ]
+    assert await cli("webhooks", "secret", "--principal", "ci-agent") == 0
+    assert capsys.readouterr().out.strip() not in (secret, rotated)
