@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,3 +87,17 @@ class WebhookReceiver:
 
     def ids(self) -> list[Any]:
         return [r.headers.get("webhook-id") for r in self.received]
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:  # noqa: ASYNC109
+    """Poll `check` (sync or async) until it returns something truthy."""
+    end = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > end:
+            raise AssertionError(f"not true within {timeout}s: {check}")
+        await asyncio.sleep(0.05)
