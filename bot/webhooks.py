@@ -237,7 +237,9 @@ class WebhookWorker:
     async def _handle(self, entry: OutboxEntry) -> None:
         try:
             async with self._slots:
-                await self.deliver(entry.request_id, entry_id=entry.entry_id)
+                await self.deliver(
+                    entry.request_id, entry_id=entry.entry_id, fresh=entry.op == "decided"
+                )
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -250,9 +252,11 @@ class WebhookWorker:
 
     # -- one delivery ------------------------------------------------------------------------
 
-    async def deliver(self, request_id: str, *, entry_id: str | None = None) -> Delivery | None:
+    async def deliver(
+        self, request_id: str, *, entry_id: str | None = None, fresh: bool = False
+    ) -> Delivery | None:
         """Attempt the request's webhook once and record the outcome (acking `entry_id`)."""
-        delivery = await self._open(request_id, entry_id)
+        delivery = await self._open(request_id, entry_id, fresh)
         if delivery is None:
             return None
         if delivery.status in ("delivered", "failed"):
@@ -266,9 +270,12 @@ class WebhookWorker:
             return delivery  # left unacked: if that attempt dies, this entry comes back
         try:
             attempt, next_at = await self._attempt(delivery)
-            await self.deliveries.record(delivery, attempt, next_at=next_at, entry_id=entry_id)
-        finally:
+        except BaseException:
             await self.ctx.redis.delete(lock)
+            raise
+        after = await self.deliveries.record(
+            delivery, attempt, next_at=next_at, entry_id=entry_id, unlock=lock
+        )
         self._count(attempt)
         log.info(
             "webhook attempt id=%s url_host=%s outcome=%s status=%s error=%s",
@@ -278,12 +285,15 @@ class WebhookWorker:
             attempt.status,
             attempt.error,
         )
-        return await self.deliveries.get(delivery.id)
+        return after
 
-    async def _open(self, request_id: str, entry_id: str | None) -> Delivery | None:
-        existing = await self.deliveries.get(webhook_id(request_id))
-        if existing is not None:
-            return existing
+    async def _open(self, request_id: str, entry_id: str | None, fresh: bool) -> Delivery | None:
+        """The request's delivery; `fresh` (the decision's own entry): opened from the request
+        (`Deliveries.open` returns an existing one unchanged)."""
+        if not fresh:
+            existing = await self.deliveries.get(webhook_id(request_id))
+            if existing is not None:
+                return existing
         try:
             request = await self.ctx.store.get(request_id)
         except NotFound:
@@ -313,7 +323,7 @@ class WebhookWorker:
         retry_after: float | None = None
         try:
             self._check_target(delivery.url)
-            body = await self.deliveries.body(delivery.id) or ""
+            body = delivery.body
             headers = await self._sign(delivery, body, now)
             assert self._session is not None, "the worker is not started"
             async with self._session.post(

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
@@ -96,9 +96,31 @@ class Delivery(BaseModel):
     delivered_at: datetime | None = None
     last_status: int | None = None
     last_error: str | None = None
+    #: The signed body, the same on every attempt (left out of `summary`).
+    body: str = Field(default="", exclude=True, repr=False)
 
     def summary(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def after(self, attempt: Attempt, next_at: datetime | None) -> Delivery:
+        """This delivery as `Deliveries.record` leaves it."""
+        return self.model_copy(
+            update={
+                "status": _STATUS_AFTER[attempt.outcome],
+                "attempts": self.attempts + 1,
+                "last_status": attempt.status,
+                "last_error": attempt.error,
+                "next_at": next_at if attempt.outcome == "retry" else None,
+                "delivered_at": attempt.at if attempt.outcome == "delivered" else None,
+            }
+        )
+
+
+_STATUS_AFTER: dict[str, DeliveryStatus] = {
+    "delivered": "delivered",
+    "failed": "failed",
+    "retry": "retrying",
+}
 
 
 def _ts(dt: datetime) -> str:
@@ -130,14 +152,15 @@ class WebhookSecrets:
     async def signing(self, principal: str) -> list[str]:
         """The secrets a webhook is signed with: the current one, and the previous one while
         its rotation grace lasts (each gives one signature in `webhook-signature`)."""
-        current = await self.current(principal)
-        row = await self.redis.hmget(
-            self.keys.webhook_secret(principal), ["previous", "previous_until"]
-        )
-        previous, until = row[0], row[1]
+        key = self.keys.webhook_secret(principal)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(key, "current", new_secret())
+            pipe.expire(key, SECRET_TTL_SECONDS)
+            pipe.hmget(key, ["current", "previous", "previous_until"])
+            _, _, (current, previous, until) = await pipe.execute()
         if previous and until and float(until) > self.clock():
-            return [current, str(previous)]
-        return [current]
+            return [str(current), str(previous)]
+        return [str(current)]
 
     async def rotate(self, principal: str, grace_seconds: float = ROTATION_GRACE_SECONDS) -> str:
         """A new current secret; the old one still signs for `grace_seconds`."""
@@ -194,16 +217,13 @@ class Deliveries:
             delivered_at=_dt(row.get("delivered_at")),
             last_status=int(row["last_status"]) if row.get("last_status") else None,
             last_error=row.get("last_error") or None,
+            body=row.get("body", ""),
         )
 
     async def get(self, delivery_id: str) -> Delivery | None:
         key = self.keys.webhook(webhook_id(request_id_of(delivery_id)))
         row = cast(dict[str, str], await self.redis.hgetall(key))
         return self._from_hash(row) if row.get("id") else None
-
-    async def body(self, delivery_id: str) -> str | None:
-        raw = await self.redis.hget(self.keys.webhook(delivery_id), "body")
-        return str(raw) if raw is not None else None
 
     async def attempts(self, delivery_id: str) -> list[Attempt]:
         rows = await self.redis.lrange(self.keys.webhook_attempts(delivery_id), 0, -1)
@@ -265,15 +285,13 @@ class Deliveries:
         *,
         next_at: datetime | None = None,
         entry_id: str | None = None,
-    ) -> None:
+        unlock: str | None = None,
+    ) -> Delivery:
         """Record one attempt and its consequence in one transaction: delivered, failed, or a
-        retry due at `next_at`; the stream entry that asked for it is acked in the same step."""
+        retry due at `next_at`; the stream entry that asked for it is acked, and the lock
+        key `unlock` deleted, in the same step."""
         key = self.keys.webhook(delivery.id)
-        status: DeliveryStatus = {
-            "delivered": "delivered",
-            "failed": "failed",
-            "retry": "retrying",
-        }[attempt.outcome]  # type: ignore[assignment]
+        status = _STATUS_AFTER[attempt.outcome]
         fields: dict[Any, Any] = {
             "status": status,
             "last_status": "" if attempt.status is None else str(attempt.status),
@@ -295,7 +313,10 @@ class Deliveries:
                 pipe.expire(self.keys.webhook_retries, self.keys.retention_seconds)
             if entry_id is not None:
                 pipe.xack(self.keys.webhook_queue, GROUP, entry_id)
+            if unlock is not None:
+                pipe.delete(unlock)
             await pipe.execute()
+        return delivery.after(attempt, next_at)
 
     async def retry(self, delivery_id: str) -> Delivery:
         """Operator: deliver again now, with a fresh retry window (same `webhook-id`)."""
