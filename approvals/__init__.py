@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from approvals.approval import Approval
+    from approvals.callbacks import Callback
     from approvals.client import ApprovalClient, SyncApprovalClient
     from approvals.errors import (
         AlreadyDecided,
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
 #: Where each public name is defined (read on first access of the name).
 _SOURCES: dict[str, str] = {
     "Approval": "approvals.approval",
+    "Callback": "approvals.callbacks",
     "ApprovalClient": "approvals.client",
     "SyncApprovalClient": "approvals.client",
     "AlreadyDecided": "approvals.errors",
@@ -121,6 +123,7 @@ __all__ = [
     "ApprovalTimeout",
     "Async",
     "AwaitResult",
+    "Callback",
     "Decision",
     "Denied",
     "Deny",

@@ -25,7 +25,7 @@ from typing import Any
 import inngest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from approvals.client import SyncApprovalClient
+from approvals import SyncApprovalClient
 
 DECIDED = "approval/decided"
 

@@ -30,7 +30,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from approvals.client import SyncApprovalClient
+from approvals import SyncApprovalClient
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from temporalio import activity, workflow
 from temporalio.service import RPCError, RPCStatusCode
 
 with workflow.unsafe.imports_passed_through():
-    from approvals.client import ApprovalClient
+    from approvals import ApprovalClient
 
 
 @dataclass
