@@ -14,6 +14,7 @@ untrusted — the same silence Codex shows when it skips it.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -38,8 +39,16 @@ def find_codex(explicit: str | None = None) -> str | None:
 class AppServer:
     """One `codex app-server` process; use as a context manager."""
 
-    def __init__(self, codex: str, cwd: Path, timeout: float = REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        codex: str,
+        cwd: Path,
+        codex_home: Path | None = None,
+        timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.codex, self.cwd, self.timeout = codex, cwd, timeout
+        # The one place a child gets an environment: Codex finds its home in CODEX_HOME.
+        self.env = {**os.environ, "CODEX_HOME": str(codex_home)} if codex_home else None
         self._next_id = 0
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._proc: subprocess.Popen[str] | None = None
@@ -52,6 +61,7 @@ class AppServer:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
+                env=self.env,
                 text=True,
                 encoding="utf-8",
             )
@@ -142,17 +152,18 @@ def _same_file(a: Any, b: Path) -> bool:
         return False
 
 
-def ours_in(
-    hooks: list[dict[str, Any]], path: Path, handlers: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+#: A hook as setup wrote it: (command, matcher).
+Wanted = list[tuple[str, str | None]]
+
+
+def ours_in(hooks: list[dict[str, Any]], path: Path, wanted: Wanted) -> list[dict[str, Any]]:
     """The listed hooks that are exactly what setup wrote to `path` (command and matcher)."""
-    wanted = {(h["command"], h.get("matcher")) for h in handlers}
     return [
         h
         for h in hooks
         if h.get("handlerType") == "command"
         and _same_file(h.get("sourcePath"), path)
-        and (h.get("command"), h.get("matcher")) in wanted
+        and (h.get("command"), h.get("matcher")) in set(wanted)
     ]
 
 
@@ -165,7 +176,12 @@ def manual_step(path: Path) -> str:
 
 
 def trust_our_hooks(
-    path: Path, project: Path, handlers: list[dict[str, Any]], codex: str | None, out: TextIO
+    path: Path,
+    project: Path,
+    wanted: Wanted,
+    codex: str | None,
+    out: TextIO,
+    codex_home: Path | None = None,
 ) -> int:
     """Trust the hooks setup wrote to `path`; 0 when Codex now runs them, 1 when it will not."""
     exe = find_codex(codex)
@@ -173,9 +189,9 @@ def trust_our_hooks(
         print(f"codex not found. {manual_step(path)}", file=out)
         return 1
     try:
-        with AppServer(exe, project) as server:
+        with AppServer(exe, project, codex_home) as server:
             listed = list_hooks(server, project)["hooks"]
-            mine = ours_in(listed, path, handlers)
+            mine = ours_in(listed, path, wanted)
             if not mine:
                 if path.parent.name == ".codex" and path.parent.parent == project:
                     print(
@@ -192,7 +208,7 @@ def trust_our_hooks(
             if pending:
                 trust(server, pending)
                 listed = list_hooks(server, project)["hooks"]
-                mine = ours_in(listed, path, handlers)
+                mine = ours_in(listed, path, wanted)
     except CodexError as e:
         print(f"{e}. {manual_step(path)}", file=out)
         return 1

@@ -538,7 +538,8 @@ def run_setup(
     if agent == "codex" and not args.no_trust:
         from bot.codex_app_server import trust_our_hooks
 
-        return trust_our_hooks(path, project, [spec.handler()], args.codex, out)
+        wanted = [(spec.handler()["command"], spec.matcher or DEFAULT_MATCHER[agent])]
+        return trust_our_hooks(path, project, wanted, args.codex, out, codex_home)
     return 0
 
 

@@ -258,12 +258,12 @@ def check_codex(
             report.add("warning", f"cannot read {codex_home / 'config.toml'} to see project trust")
     _common(report, refs, "Codex", "Bash|apply_patch|mcp__.*")
     if use_codex:
-        _check_codex_trust(report, refs, project, codex)
+        _check_codex_trust(report, refs, project, codex, codex_home)
     return report
 
 
 def _check_codex_trust(
-    report: Report, refs: list[HookRef], project: Path, codex: str | None
+    report: Report, refs: list[HookRef], project: Path, codex: str | None, codex_home: Path
 ) -> None:
     from bot.codex_app_server import AppServer, CodexError, find_codex, list_hooks, manual_step
 
@@ -276,7 +276,7 @@ def _check_codex_trust(
         )
         return
     try:
-        with AppServer(exe, project) as server:
+        with AppServer(exe, project, codex_home) as server:
             listed = list_hooks(server, project)["hooks"]
     except CodexError as e:
         report.add("warning", f"hook trust not checked: {e}")

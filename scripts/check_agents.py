@@ -1,0 +1,769 @@
+"""Real-client checks: the real Claude Code / Codex CLI, a scripted model, the real bot, one table.
+
+Run through `scripts/check-claude-code` and `scripts/check-codex` (not part of
+`scripts/test`). Each run:
+
+1. installs the CLI from the npm registry into a cache directory
+   (`$XDG_CACHE_HOME/approval-bot/agents/<package>-<version>`, once);
+2. starts a private `redis-server`, the bot (`approval-bot serve`, no Slack:
+   requests are decided here through `approval-bot approve` / `deny`), and the
+   scripted model APIs of `tests/support/fake_models.py`, all on 127.0.0.1;
+3. writes the hooks with `approval-bot setup …` itself (Codex: trusted
+   through its app-server), then runs the agent once per case, hook type and
+   permission mode, with a model that runs `touch ran-<case>`;
+4. prints a table: did the command run, did the reason reach the model.
+
+A case the bot can answer (approve, deny, bad token, bad input, a store
+outage) passes or fails. A case only the client decides (bot unreachable,
+hook timeout shorter than the bot's wait, an untrusted Codex hook) is a
+finding: it is reported as it is, never counted as a pass. Exit status: 0
+every check passed, 1 a check failed, 2 could not run (e.g. no npm package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from approvals.store.connection import connect  # noqa: E402
+from approvals.store.keys import Keys  # noqa: E402
+from approvals.store.store import ApprovalStore  # noqa: E402
+from bot import embedded_redis  # noqa: E402
+from tests.support.fake_models import FakeModels  # noqa: E402
+
+PACKAGES = {
+    "claude-code": ("@anthropic-ai/claude-code", "@anthropic-ai/claude-code-linux-x64", "claude"),
+    "codex": (
+        "@openai/codex",
+        "@openai/codex-linux-x64",
+        "vendor/x86_64-unknown-linux-musl/bin/codex",
+    ),
+}
+DEFAULT_VERSION = {"claude-code": "2.1.197", "codex": "0.171.0"}
+TOKEN = "tok-check"
+PREFIX = "check"
+#: The hook timeout the checks install (the bot answers 5 s before it), and the short one of
+#: the hook-timeout finding, which waits for a bot told to wait 60 s.
+HOOK_TIMEOUT = 30
+SHORT_HOOK_TIMEOUT = 3
+RUN_TIMEOUT = 120.0
+BOT_CASES = ("approve", "deny", "bad_token", "bad_input", "store_outage")
+CLIENT_CASES = ("unreachable", "hook_timeout")
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- installing the CLI ---------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "approval-bot" / "agents"
+
+
+def install(agent: str, version: str) -> Path:
+    """The native binary, installed from the npm registry on first use; exits 2 when it can't."""
+    package, native, inner = PACKAGES[agent]
+    where = cache_dir() / f"{agent}-{version}"
+    binary = where / "node_modules" / native / inner
+    if binary.exists():
+        return binary
+    npm = shutil.which("npm")
+    if npm is None:
+        print(f"cannot install {package}@{version}: npm is not on PATH", flush=True)
+        sys.exit(2)
+    where.mkdir(parents=True, exist_ok=True)
+    say(f"installing {package}@{version} into {where} …")
+    done = subprocess.run(
+        [
+            npm,
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--ignore-scripts",
+            "--prefix",
+            str(where),
+            f"{package}@{version}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0 or not binary.exists():
+        last = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        print(f"cannot install {package}@{version} from the npm registry: {last[0]}", flush=True)
+        sys.exit(2)
+    return binary
+
+
+# -- the bot and its Redis ------------------------------------------------------------------------
+
+
+class Bot:
+    """A private redis-server and `approval-bot serve` against it, on loopback."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.redis: embedded_redis.EmbeddedRedis | None = None
+        self.redis_port = embedded_redis.free_port()
+        self.port = embedded_redis.free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_"))}
+        env.update(
+            REDIS_URL=self.redis_url,
+            APPROVALS_PREFIX=PREFIX,
+            PORT=str(self.port),
+            APPROVALS_API_TOKENS=TOKEN,
+            APPROVALS_DEFAULT_CHANNEL="C0CHECK",
+            APPROVALS_DATA_DIR=str(self.work / "bot-data"),
+            LOG_LEVEL="WARNING",
+        )
+        return env
+
+    def start_redis(self) -> None:
+        self.redis = embedded_redis.start(port=self.redis_port)
+
+    def stop_redis(self) -> None:
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    async def start(self) -> None:
+        self.start_redis()
+        log = (self.work / "bot.log").open("wb")
+        self.proc = subprocess.Popen(  # noqa: ASYNC220 - started once, not waited on here
+            [str(ROOT / ".venv" / "bin" / "approval-bot"), "serve"],
+            env=self.env(),
+            cwd=self.work,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the bot exited; see {self.work / 'bot.log'}")
+            if await _http_ok(f"{self.url}/healthz"):
+                return
+            await asyncio.sleep(0.2)
+        raise RuntimeError("the bot did not answer /healthz within 30 s")
+
+    async def wait_healthy(self) -> None:
+        for _ in range(100):
+            if await _http_ok(f"{self.url}/healthz"):
+                return
+            await asyncio.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.stop_redis()
+
+
+async def _http_ok(url: str) -> bool:
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+                return response.status == 200
+    except Exception:
+        return False
+
+
+class Decider:
+    """Decides pending requests as each case says, through `approval-bot approve` / `deny`."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+        self.plans: dict[str, str | None] = {}  # case → "approve" | "deny" | None (leave)
+        self.seen: dict[str, list[str]] = {}  # case → request ids the bot created
+        self.decided: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def reason(self, case: str) -> str:
+        return f"not-now-{case}"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                redis = connect(self.bot.redis_url, client_name="check-decider")
+                store = ApprovalStore(redis, Keys(PREFIX))
+                try:
+                    while True:
+                        for request in await store.list_pending():
+                            await self._handle(request.id, json.dumps(request.event.arguments))
+                        await asyncio.sleep(0.15)
+                finally:
+                    await redis.aclose()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.3)  # Redis is down on purpose (the outage case)
+
+    async def _handle(self, request_id: str, arguments: str) -> None:
+        for case, plan in self.plans.items():
+            if not re.search(rf"ran-{re.escape(case)}(?![0-9A-Za-z-])", arguments):
+                continue
+            ids = self.seen.setdefault(case, [])
+            if request_id not in ids:
+                ids.append(request_id)
+            if plan is None or request_id in self.decided:
+                return
+            self.decided.add(request_id)
+            cli = str(ROOT / ".venv" / "bin" / "approval-bot")
+            argv = [cli, "approve", request_id, "--as", "checker"]
+            if plan == "deny":
+                argv = [cli, "deny", request_id, "--reason", self.reason(case), "--as", "checker"]
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=self.bot.env(),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await proc.wait()
+            return
+
+
+# -- cases ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    ran: bool
+    reason_seen: bool
+    hook_asked: bool
+    model_read: str
+    seconds: float
+    note: str = ""
+
+
+@dataclass
+class Row:
+    group: str  # hook type or event
+    mode: str
+    case: str
+    outcome: Outcome
+    verdict: str = ""
+    cells: dict[str, str] = field(default_factory=dict)
+
+
+def judge(case: str, outcome: Outcome) -> str:
+    """PASS / FAIL for what the bot can answer; FINDING for what only the client decides."""
+    if case == "approve":  # ran, and because the bot said so (not with the hook off)
+        return "PASS" if outcome.ran and outcome.hook_asked else "FAIL"
+    if case == "deny":
+        return "PASS" if not outcome.ran and outcome.reason_seen else "FAIL"
+    if case in BOT_CASES:
+        return "PASS" if not outcome.ran else "FAIL"
+    return "finding: runs (fails open)" if outcome.ran else "finding: blocks"
+
+
+def describe(case: str, outcome: Outcome) -> str:
+    if case == "approve":
+        asked = "" if outcome.hook_asked else ", hook not asked"
+        return ("ran" if outcome.ran else "did not run") + asked
+    if outcome.ran:
+        return "RAN"
+    if case == "deny":
+        return "blocked, reason reached the model" if outcome.reason_seen else "blocked, no reason"
+    return "blocked"
+
+
+def first_line(text: str, limit: int = 90) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def print_table(title: str, rows: list[Row], columns: list[str]) -> None:
+    print(f"\n{title}\n")
+    header = ["case", *columns]
+    table = [header]
+    cases = list(dict.fromkeys(r.case for r in rows))
+    for case in cases:
+        line = [case]
+        for column in columns:
+            found = [r for r in rows if r.case == case and f"{r.group} / {r.mode}" == column]
+            line.append(
+                f"{describe(case, found[0].outcome)} ({found[0].verdict})" if found else "-"
+            )
+        table.append(line)
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for line in table[1:]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
+
+
+async def run_process(
+    argv: list[str], env: dict[str, str], cwd: Path, limit: float = RUN_TIMEOUT
+) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), limit)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, "timed out"
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+def setup_hooks(agent: str, argv: list[str], env: dict[str, str]) -> str:
+    cli = str(ROOT / ".venv" / "bin" / "approval-bot")
+    done = subprocess.run(
+        [cli, "setup", agent, *argv, "--executable", cli],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.stdout + done.stderr
+
+
+def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def our_handlers(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        h
+        for groups in data.get("hooks", {}).values()
+        for g in groups
+        for h in g.get("hooks", [])
+        if "approval-bot" in h.get("command", "") or "/hooks/claude-code" in h.get("url", "")
+    ]
+
+
+def short_timeout(data: dict[str, Any]) -> None:
+    """The hook-timeout finding: the agent gives up after 3 s, the bot would wait 60 s."""
+    for handler in our_handlers(data):
+        handler["timeout"] = SHORT_HOOK_TIMEOUT
+        if handler.get("type") == "http":
+            handler["url"] = handler["url"].replace("timeout=25", "timeout=60")
+        else:
+            handler["command"] = handler["command"].replace("--timeout 25", "--timeout 60")
+
+
+class Harness:
+    def __init__(self, agent: str, binary: Path, work: Path) -> None:
+        self.agent, self.binary, self.work = agent, binary, work
+        self.bot = Bot(work)
+        self.models = FakeModels()
+        self.decider = Decider(self.bot)
+        self.dead_url = f"http://127.0.0.1:{embedded_redis.free_port()}"
+        self.counter = 0
+
+    async def __aenter__(self) -> Harness:
+        await self.models.start()
+        await self.bot.start()
+        self.decider.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.decider.stop()
+        self.bot.stop()
+        await self.models.stop()
+
+    def base_env(self) -> dict[str, str]:
+        keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME", "SHELL")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update(APPROVALS_URL=self.bot.url, APPROVALS_TOKEN=TOKEN)
+        return env
+
+    async def run_case(
+        self,
+        case: str,
+        argv_for: Callable[[str, Path], list[str]],
+        env: dict[str, str],
+        cwd: Path,
+    ) -> Outcome:
+        """Run the agent once for `case`; the outcome as the model and the disk saw it."""
+        self.counter += 1
+        tag = f"{case}-{self.counter}"
+        self.decider.plans[tag] = case if case in ("approve", "deny") else None
+        prompt_kind = "RUN-SURROGATE" if case == "bad_input" else "RUN"
+        env = dict(env)
+        if case == "bad_token":
+            env["APPROVALS_TOKEN"] = "wrong-token"
+        if case == "unreachable":
+            env["APPROVALS_URL"] = self.dead_url
+        if case == "store_outage":
+            self.bot.stop_redis()
+        started = time.monotonic()
+        try:
+            code, output = await run_process(
+                argv_for(f"{prompt_kind}[{tag}]: touch ran-{tag}", cwd), env, cwd
+            )
+        finally:
+            if case == "store_outage":
+                self.bot.start_redis()
+                await self.bot.wait_healthy()
+        seconds = time.monotonic() - started
+        read = "\n".join(self.models.results.get(tag, []))
+        return Outcome(
+            ran=(cwd / f"ran-{tag}").exists(),
+            reason_seen=self.decider.reason(tag) in read,
+            hook_asked=bool(self.decider.seen.get(tag)),
+            model_read=read if read else first_line(output, 200),
+            seconds=seconds,
+            note=f"exit {code}",
+        )
+
+    def workdir(self, *parts: str) -> Path:
+        path = self.work.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+# -- Claude Code ----------------------------------------------------------------------------------
+
+
+MODES = {
+    "default": ["--permission-mode", "default"],
+    "acceptEdits": ["--permission-mode", "acceptEdits"],
+    "bypassPermissions": ["--dangerously-skip-permissions"],
+}
+
+
+async def check_claude_code(h: Harness, cases: list[str], on_failure_block: bool) -> list[Row]:
+    home = h.workdir("claude-home")
+    env = h.base_env()
+    env.update(
+        HOME=str(home),
+        ANTHROPIC_BASE_URL=h.models.url,
+        ANTHROPIC_API_KEY="sk-ant-test",
+        IS_SANDBOX="1",  # bypassPermissions as root
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    rows = []
+    for hook_type in ("command", "http"):
+        for mode, mode_args in MODES.items():
+            for case in cases:
+                project = h.workdir("claude", hook_type, mode, case)
+                setup_argv = [
+                    "--scope",
+                    "project",
+                    "--project",
+                    str(project),
+                    "--type",
+                    hook_type,
+                    "--timeout",
+                    str(HOOK_TIMEOUT),
+                ]
+                url = h.dead_url if case == "unreachable" else h.bot.url
+                if hook_type == "http":
+                    setup_argv += ["--url", url]
+                text = setup_hooks("claude-code", setup_argv, {**env, "APPROVALS_URL": url})
+                settings = project / ".claude" / "settings.json"
+                if not settings.exists():
+                    raise RuntimeError(f"setup wrote no settings: {text}")
+                if case == "hook_timeout":
+                    edit_json(settings, short_timeout)
+                if on_failure_block:
+                    edit_json(
+                        settings,
+                        lambda d: [hd.update(onFailure="block") for hd in our_handlers(d)],
+                    )
+
+                def argv(prompt: str, cwd: Path, mode_args: list[str] = mode_args) -> list[str]:
+                    return [str(h.binary), "-p", prompt, *mode_args, "--output-format", "json"]
+
+                outcome = await h.run_case(case, argv, env, project)
+                row = Row(hook_type, mode, case, outcome, judge(case, outcome))
+                rows.append(row)
+                say(
+                    f"  {hook_type:7} {mode:17} {case:13} {describe(case, outcome):35} "
+                    f"{row.verdict:28} {outcome.seconds:5.1f}s  model read: "
+                    f"{first_line(outcome.model_read, 70)}"
+                )
+    return rows
+
+
+async def permission_request_headless(h: Harness) -> Row:
+    """PermissionRequest under `claude -p`: is the hook asked at all?"""
+    home = h.workdir("claude-home")
+    env = h.base_env()
+    env.update(
+        HOME=str(home),
+        ANTHROPIC_BASE_URL=h.models.url,
+        ANTHROPIC_API_KEY="sk-ant-test",
+        DISABLE_TELEMETRY="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    project = h.workdir("claude", "permission-request")
+    setup_hooks(
+        "claude-code",
+        [
+            "--scope",
+            "project",
+            "--project",
+            str(project),
+            "--event",
+            "PermissionRequest",
+            "--timeout",
+            str(HOOK_TIMEOUT),
+        ],
+        env,
+    )
+
+    def argv(prompt: str, cwd: Path) -> list[str]:
+        return [
+            str(h.binary),
+            "-p",
+            prompt,
+            "--permission-mode",
+            "default",
+            "--output-format",
+            "json",
+        ]
+
+    outcome = await h.run_case("approve", argv, env, project)
+    verdict = "finding: hook never asked" if not outcome.hook_asked else "hook asked"
+    return Row("PermissionRequest", "default", "approve", outcome, verdict)
+
+
+# -- Codex ----------------------------------------------------------------------------------------
+
+
+def codex_config(home: Path, models_url: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        'model = "fake-model"\n'
+        'model_provider = "fake"\n'
+        "[model_providers.fake]\n"
+        'name = "fake"\n'
+        f'base_url = "{models_url}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "FAKE_MODEL_KEY"\n'
+    )
+
+
+async def check_codex(h: Harness, cases: list[str]) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    variants = [
+        ("PreToolUse", "bypass", ["--dangerously-bypass-approvals-and-sandbox"], cases),
+        (
+            "PermissionRequest",
+            "approve-for-me",
+            ["--approve-for-me"],
+            [c for c in cases if c != "bad_input"],
+        ),
+    ]
+    for event, mode, mode_args, event_cases in variants:
+        for case in [*event_cases, "untrusted"] if event == "PreToolUse" else event_cases:
+            project = h.workdir("codex", event, case, "project")
+            codex_home = h.workdir("codex", event, case, "home")
+            codex_config(codex_home, h.models.url)
+            env = h.base_env()
+            env.update(CODEX_HOME=str(codex_home), FAKE_MODEL_KEY="x", HOME=str(codex_home.parent))
+            setup_argv = [
+                "--scope",
+                "user",
+                "--project",
+                str(project),
+                "--event",
+                event,
+                "--timeout",
+                str(HOOK_TIMEOUT),
+                "--codex",
+                str(h.binary),
+            ]
+            if case in ("hook_timeout", "untrusted"):
+                setup_argv.append("--no-trust")
+            text = setup_hooks("codex", setup_argv, env)
+            hooks_json = codex_home / "hooks.json"
+            if case == "hook_timeout":
+                edit_json(hooks_json, short_timeout)
+                text += trust_as_is(hooks_json, project, h.binary, env)
+            if case == "untrusted":
+                check = setup_hooks(
+                    "codex", ["--check", "--project", str(project), "--codex", str(h.binary)], env
+                )
+                flagged = [line for line in check.splitlines() if "untrusted in Codex" in line]
+                notes.append(
+                    "untrusted hook: `approval-bot setup codex --check` says: "
+                    + (first_line(flagged[0], 160) if flagged else "NOTHING (not detected)")
+                )
+            elif "Codex trusts the hook" not in text and case != "hook_timeout":
+                notes.append(f"{event} {case}: setup did not trust the hook: {first_line(text)}")
+            escalate = event == "PermissionRequest"
+
+            def argv(
+                prompt: str, cwd: Path, mode_args: list[str] = mode_args, escalate: bool = escalate
+            ) -> list[str]:
+                if escalate:  # the model asks to run outside the sandbox: a PermissionRequest
+                    prompt = prompt.replace("RUN[", "RUN-ESCALATED[", 1)
+                return [str(h.binary), "exec", "--skip-git-repo-check", *mode_args, prompt]
+
+            outcome = await h.run_case(case, argv, env, project)
+            verdict = (
+                "finding: runs (hook silently off)"
+                if case == "untrusted" and outcome.ran
+                else "finding: blocks"
+                if case == "untrusted"
+                else judge(case, outcome)
+            )
+            rows.append(Row(event, mode, case, outcome, verdict))
+            say(
+                f"  {event:17} {case:13} {describe(case, outcome):35} {verdict:30} "
+                f"{outcome.seconds:5.1f}s  model read: {first_line(outcome.model_read, 70)}"
+            )
+    return rows, notes
+
+
+def trust_as_is(hooks_json: Path, project: Path, codex: Path, env: dict[str, str]) -> str:
+    """Trust the hooks file as edited (setup would rewrite it), through Codex's app-server."""
+    import io
+
+    from bot.codex_app_server import trust_our_hooks
+
+    data = json.loads(hooks_json.read_text())
+    wanted = [
+        (h["command"], g.get("matcher"))
+        for groups in data["hooks"].values()
+        for g in groups
+        for h in g["hooks"]
+    ]
+    out = io.StringIO()
+    trust_our_hooks(hooks_json, project, wanted, str(codex), out, Path(env["CODEX_HOME"]))
+    return out.getvalue()
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    binary = install(args.agent, args.version)
+    say(f"{args.agent} {args.version}: {binary}")
+    cases = args.cases or [*BOT_CASES, *CLIENT_CASES]
+    runs = cache_dir() / "runs"  # not under /tmp: Claude Code refuses writes below /tmp here
+    runs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"check-{args.agent}-", dir=runs))
+    try:
+        async with Harness(args.agent, binary, work) as h:
+            if args.agent == "claude-code":
+                rows = await check_claude_code(h, cases, args.on_failure_block)
+                extra = await permission_request_headless(h) if not args.cases else None
+                columns = [f"{t} / {m}" for t in ("command", "http") for m in MODES]
+                print_table(
+                    f"Claude Code {args.version}, `claude -p`, PreToolUse hook written by "
+                    f"`approval-bot setup claude-code` (hook timeout {HOOK_TIMEOUT} s"
+                    + (', onFailure "block"' if args.on_failure_block else "")
+                    + ")",
+                    rows,
+                    columns,
+                )
+                if extra is not None:
+                    print(
+                        f"\nPermissionRequest hook under `claude -p --permission-mode default`: "
+                        f"{extra.verdict}; command {'ran' if extra.outcome.ran else 'not run'}; "
+                        f"model read: {first_line(extra.outcome.model_read, 120)}"
+                    )
+                    rows.append(extra)
+            else:
+                rows, notes = await check_codex(h, cases)
+                columns = ["PreToolUse / bypass", "PermissionRequest / approve-for-me"]
+                print_table(
+                    f"Codex {args.version}, `codex exec`, hooks written and trusted by "
+                    f"`approval-bot setup codex` (hook timeout {HOOK_TIMEOUT} s)",
+                    rows,
+                    columns,
+                )
+                for note in notes:
+                    print(f"\n{note}")
+            print("\nWhat the model read on deny:")
+            for row in rows:
+                if row.case == "deny":
+                    print(f"  {row.group} / {row.mode}: {first_line(row.outcome.model_read, 160)}")
+    finally:
+        if args.keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    failed = [r for r in rows if r.verdict == "FAIL"]
+    findings = [r for r in rows if r.verdict.startswith("finding: runs")]
+    print(
+        f"\n{len(rows) - len(failed) - len(findings)} checks as expected, {len(failed)} failed, "
+        f"{len(findings)} fail-open findings (client-side)"
+    )
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("agent", choices=("claude-code", "codex"))
+    parser.add_argument("--version", help="the CLI version (default: the one verified)")
+    parser.add_argument(
+        "--case",
+        dest="cases",
+        action="append",
+        choices=(*BOT_CASES, *CLIENT_CASES),
+        help="run only this case (repeatable)",
+    )
+    parser.add_argument(
+        "--on-failure-block",
+        action="store_true",
+        help='Claude Code: add "onFailure": "block" to the hooks (2.1.295 and later)',
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    args.version = args.version or DEFAULT_VERSION[args.agent]
+    try:
+        return asyncio.run(main_async(args))
+    except KeyboardInterrupt:
+        return 130
+    except (RuntimeError, embedded_redis.NoRedisServer) as e:
+        print(f"check-{args.agent}: {e}", flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
