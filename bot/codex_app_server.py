@@ -19,6 +19,7 @@ import queue
 import shutil
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -153,7 +154,7 @@ def _same_file(a: Any, b: Path) -> bool:
 
 
 #: A hook as setup wrote it: (command, matcher).
-Wanted = list[tuple[str, str | None]]
+Wanted = Sequence[tuple[str, str | None]]
 
 
 def ours_in(hooks: list[dict[str, Any]], path: Path, wanted: Wanted) -> list[dict[str, Any]]:

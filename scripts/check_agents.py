@@ -198,6 +198,11 @@ async def _http_ok(url: str) -> bool:
         return False
 
 
+def _names(case: str, arguments: str) -> bool:
+    """Whether a request's arguments are the call of `case` (`ran-deny-2`, not `ran-deny-23`)."""
+    return re.search(rf"ran-{re.escape(case)}(?![0-9A-Za-z_-])", arguments) is not None
+
+
 class Decider:
     """Decides pending requests as each case says, through `approval-bot approve` / `deny`."""
 
@@ -205,6 +210,7 @@ class Decider:
         self.bot = bot
         self.plans: dict[str, str | None] = {}  # case → "approve" | "deny" | None (leave)
         self.seen: dict[str, list[str]] = {}  # case → request ids the bot created
+        self.call_ids: dict[str, str | None] = {}  # case → the created request's call id
         self.decided: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -227,7 +233,11 @@ class Decider:
                 try:
                     while True:
                         for request in await store.list_pending():
-                            await self._handle(request.id, json.dumps(request.event.arguments))
+                            arguments = json.dumps(request.event.arguments)
+                            for case in self.plans:
+                                if _names(case, arguments):
+                                    self.call_ids.setdefault(case, request.event.call_id)
+                            await self._handle(request.id, arguments)
                         await asyncio.sleep(0.15)
                 finally:
                     await redis.aclose()
@@ -238,7 +248,7 @@ class Decider:
 
     async def _handle(self, request_id: str, arguments: str) -> None:
         for case, plan in self.plans.items():
-            if not re.search(rf"ran-{re.escape(case)}(?![0-9A-Za-z-])", arguments):
+            if not _names(case, arguments):
                 continue
             ids = self.seen.setdefault(case, [])
             if request_id not in ids:
@@ -271,6 +281,7 @@ class Outcome:
     model_read: str
     seconds: float
     note: str = ""
+    call_id: str | None = None
 
 
 @dataclass
@@ -451,6 +462,7 @@ class Harness:
             model_read=read if read else first_line(output, 200),
             seconds=seconds,
             note=f"exit {code}",
+            call_id=self.decider.call_ids.get(tag),
         )
 
     def workdir(self, *parts: str) -> Path:
@@ -719,10 +731,18 @@ async def main_async(args: argparse.Namespace) -> int:
                 )
                 for note in notes:
                     print(f"\n{note}")
-            print("\nWhat the model read on deny:")
+            print("\nWhat the model read (the tool result), per row:")
             for row in rows:
-                if row.case == "deny":
-                    print(f"  {row.group} / {row.mode}: {first_line(row.outcome.model_read, 160)}")
+                if row.case != "approve":
+                    print(
+                        f"  {row.group} / {row.mode} / {row.case}: "
+                        f"{first_line(row.outcome.model_read, 150)}"
+                    )
+            ids = [r for r in rows if r.outcome.call_id and r.group == "PermissionRequest"]
+            for row in ids[:1]:
+                print(
+                    f"\nPermissionRequest call id (derived, no tool_use_id): {row.outcome.call_id}"
+                )
     finally:
         if args.keep:
             say(f"kept {work}")

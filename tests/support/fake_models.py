@@ -107,12 +107,15 @@ class FakeModels:
         self.requests.append({"api": "anthropic", "body": body})
         messages = body.get("messages") or []
         tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
-        last = messages[-1] if messages else {}
         blocks: list[dict[str, Any]]
         stop = "end_turn"
+        # One tool call per conversation: any tool result means it came back (a client may
+        # add its own user message after it).
         results = [
             b
-            for b in (last.get("content") if isinstance(last.get("content"), list) else [])
+            for m in messages
+            if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for b in m["content"]
             if isinstance(b, dict) and b.get("type") == "tool_result"
         ]
         run = find_run(_text_of(m.get("content")) for m in messages if m.get("role") == "user")
