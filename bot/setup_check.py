@@ -78,8 +78,8 @@ class Report:
 
 
 def default_bot_wait(kind: str) -> float:
-    """What the bot waits when the hook does not say: the flag's / the endpoint's default."""
-    from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT  # one default, both kinds
+    """What the bot waits when the hook does not say (`--timeout` / `?timeout=` left out)."""
+    from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
 
     return DEFAULT_HOOK_TIMEOUT
 

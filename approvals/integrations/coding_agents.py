@@ -50,7 +50,8 @@ DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
 #: Claude Code tools whose `tool_input` names the file they change.
 CLAUDE_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 #: The agent's hook timeout assumed when the caller does not give one (`approval-bot hook
-#: --timeout`, `POST /hooks/…?timeout=`), in seconds.
+#: --timeout`, `POST /hooks/…?timeout=`), in seconds. It must never exceed the hook `timeout`
+#: it is installed with (`approval-bot setup` always writes both; `bot.setup.bot_wait`).
 DEFAULT_HOOK_TIMEOUT = 60.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0
