@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -21,7 +22,6 @@ import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
@@ -34,6 +34,8 @@ from bot import api, embedded_redis, listeners
 from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
+from bot.masking import outbound
+from bot.slack_client import MaskingWebClient
 from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
 
@@ -102,7 +104,7 @@ class Bot:
         if cfg.slack_enabled:
             # One shared session: without it slack_sdk opens a connection per call.
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-            slack = AsyncWebClient(
+            slack = MaskingWebClient(
                 token=cfg.slack_bot_token,
                 base_url=cfg.slack_api_url,
                 session=self._http,
@@ -210,7 +212,12 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             return web.json_response(
                 {"error": {"code": "slack_not_configured", "message": message}}, status=503
             )
-        return await to_aiohttp_response(await bolt.async_dispatch(await to_bolt_request(request)))
+        response = await bolt.async_dispatch(await to_bolt_request(request))
+        if response.body and response.body.lstrip().startswith("{"):
+            # An ack() with a payload (modal errors, a view) is a way to Slack too.
+            with contextlib.suppress(ValueError):
+                response.body = json.dumps(outbound(json.loads(response.body)))
+        return await to_aiohttp_response(response)
 
     async def healthz(request: web.Request) -> web.Response:
         try:

@@ -1,8 +1,20 @@
-"""Masking of secrets before anything reaches Slack: sensitive keys, token-like values.
+"""Masking secrets before anything reaches Slack: texts, argument trees, and whole payloads.
 
-Masking errs on the side of hiding too much: a reviewer who sees `••••••`
-can look the value up in the approval record; a token posted to a channel
-cannot be taken back.
+The rules that recognise a secret live in `bot.secret_rules`; this module
+applies them. Two layers:
+
+- The renderers (`bot.blocks`, `bot.modals`) mask with what they know about a
+  request: every value of a `secret` request, the values of secret-named
+  arguments (`hidden_values`) wherever they reappear, and every rule.
+- `outbound(payload)` is the one entry point every payload bound for Slack
+  passes, whatever the surface (messages, updates, modals, ephemeral replies,
+  DMs, App Home): `bot.slack_client.MaskingWebClient` runs it on every Web API
+  call, and `bot.app` on every response to `/slack/events`.
+
+A masked value stays usable: `••••••(16-31 chars)` keeps its place (and so its
+argument name) and tells the reviewer its length class, never its text.
+Masking errs on the side of hiding too much: a reviewer can look a value up
+in the approval record; a token posted to a channel cannot be taken back.
 """
 
 from __future__ import annotations
@@ -12,105 +24,133 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from bot.secret_rules import find, is_secret_name, normalise
+
 MASK = "••••••"
+#: A mask as `masked()` writes it (or a bare `MASK`): never masked again.
+_MASKED = re.compile(r"••••••(?:\((?:\d+-\d+|\d+\+) chars\))?")
+_LENGTH_CLASSES = ((7, "1-7"), (15, "8-15"), (31, "16-31"), (63, "32-63"))
 
-#: Argument names whose values are always masked (searched anywhere in the name).
-_SENSITIVE_KEY = re.compile(
-    r"passw(?:or)?d|passphrase|pwd|secret|token|api[_-]?key|apikey|private[_-]?key"
-    r"|credential|authorization|cookie|access[_-]?key|signing[_-]?key|session[_-]?key",
-    re.IGNORECASE,
-)
-
-# A key name inside free text: `password=…`, `DB_PASSWORD: …`, `"api_key": "…"`.
-_KEY_NAME = (
-    r"[\w.-]*(?:passw(?:or)?d|passphrase|pwd|secret|token|api[_-]?key|apikey|private[_-]?key"
-    r"|credentials?|authorization|access[_-]?key|signing[_-]?key)[\w.-]*"
-)
-_ASSIGNMENT = re.compile(
-    r"(?P<key>(?<![\w.-])" + _KEY_NAME + r")(?P<sep>[\"']?\s*[=:]\s*)"
-    r"(?P<scheme>(?:Bearer|Basic|Token)\s+)?"
-    r"(?P<value>\"(?:[^\"\\]|\\.)*\"?|'(?:[^'\\]|\\.)*'?|[^\s&\"';]+)",
-    re.IGNORECASE,
-)
-
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
-    r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
-    re.DOTALL,
-)
-_URL_CREDENTIALS = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(?P<at>@)", re.I)
-_TOKENS = re.compile(
-    "|".join(
-        (
-            r"xox[abposre]-[A-Za-z0-9-]+",  # Slack bot / user / app-level tokens
-            r"xapp-[A-Za-z0-9-]+",
-            r"gh[pousr]_[A-Za-z0-9]{10,}",  # GitHub
-            r"github_pat_[A-Za-z0-9_]{10,}",
-            r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key ids
-            r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}",  # OpenAI / Anthropic style
-            r"(?<![A-Za-z0-9])[rs]k_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe
-            r"AIza[0-9A-Za-z_-]{30,}",  # Google API keys
-            r"glpat-[A-Za-z0-9_-]{16,}",  # GitLab
-            r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWT
-            r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]+",
-        )
-    )
-)
-_BEARER = re.compile(r"(?P<scheme>\bBearer\s+)[A-Za-z0-9._~+/-]+=*", re.IGNORECASE)
-_BASIC = re.compile(r"(?P<scheme>\bBasic\s+)[A-Za-z0-9+/]{8,}=*")
-
-#: Argument values shorter than this are not scrubbed out of free text (too many false hits).
+#: Literal values shorter than this are not scrubbed out of free text (too many false hits).
 MIN_SCRUB_LEN = 3
+
+#: Payload keys that carry our own ids, not text (left exactly as they are by `outbound`).
+STRUCTURAL_KEYS = frozenset(
+    {
+        "type", "action_id", "block_id", "callback_id", "private_metadata", "trigger_id",
+        "channel", "ts", "thread_ts", "user", "users", "view_id", "external_id", "hash",
+        "style", "response_action", "event_type", "emoji",
+    }
+)  # fmt: skip
+
+
+def length_class(length: int) -> str:
+    for upper, label in _LENGTH_CLASSES:
+        if length <= upper:
+            return label
+    return "64+"
+
+
+def masked(length: int) -> str:
+    """What a secret of `length` characters becomes: `••••••(8-15 chars)`."""
+    return f"{MASK}({length_class(max(1, length))} chars)"
 
 
 def is_sensitive_key(name: object) -> bool:
     """Whether an argument named `name` holds a secret by its name (password, token, api_key, …)."""
-    return bool(_SENSITIVE_KEY.search(str(name)))
+    return is_secret_name(str(name))
+
+
+# ---------------------------------------------------------------- text
+
+
+def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
+    """`text` with every secret the rules find masked, and each of `hide` (values known to be
+    secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
+    text (NFKC, zero-width characters removed); everything not masked is kept as it was."""
+    norm, where = normalise(text)
+    spans = [(start, end) for start, end, _ in find(norm)]
+    for literal in _literals(hide):
+        at = norm.find(literal)
+        while at != -1:
+            spans.append((at, at + len(literal)))
+            at = norm.find(literal, at + len(literal))
+    if not spans:
+        return text
+    kept = [m.span() for m in _MASKED.finditer(norm)]
+    out: list[str] = []
+    done = 0  # index into `text` copied so far
+    for start, end in _merge(_outside(spans, kept)):
+        begin = start if where is None else where[start]
+        stop = end if where is None else where[end - 1] + 1
+        if begin < done:
+            continue
+        out.append(text[done:begin])
+        out.append(masked(end - start))
+        done = stop
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _literals(hide: Iterable[str]) -> list[str]:
+    found: set[str] = set()
+    for value in hide:
+        norm = normalise(value)[0]
+        for form in (norm, json.dumps(norm, ensure_ascii=False)[1:-1], json.dumps(norm)[1:-1]):
+            if len(form) >= MIN_SCRUB_LEN:
+                found.add(form)
+    return sorted(found, key=len, reverse=True)
+
+
+def _outside(spans: list[tuple[int, int]], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` minus the parts that are masks already (whatever is left still gets masked)."""
+    if not kept:
+        return spans
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        pieces = [(start, end)]
+        for k_start, k_end in kept:
+            next_pieces = []
+            for s, e in pieces:
+                if k_end <= s or k_start >= e:
+                    next_pieces.append((s, e))
+                    continue
+                if s < k_start:
+                    next_pieces.append((s, k_start))
+                if k_end < e:
+                    next_pieces.append((k_end, e))
+            pieces = next_pieces
+        out += pieces
+    return out
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+# ---------------------------------------------------------------- argument trees
 
 
 def mask_value(value: Any) -> Any:
-    """Mask a whole value: every leaf becomes `MASK`; dict keys and list shapes are kept."""
+    """Mask a whole value: each leaf becomes `masked(length)`; dict keys and list shapes stay."""
     if isinstance(value, Mapping):
         return _map_keys({k: mask_value(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return [mask_value(v) for v in value]
-    return MASK
-
-
-def _assignment(match: re.Match[str]) -> str:
-    if match.group("value").strip("\"'") == MASK:
-        return match.group(0)
-    return match.group("key") + match.group("sep") + (match.group("scheme") or "") + MASK
-
-
-def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
-    """Mask token-like values and `key=value` secrets in free text; also blank out each of `hide`.
-
-    `hide` holds literal values known to be secret (the argument values of a
-    `secret` request); their JSON-escaped forms are hidden too.
-    """
-    out = _PRIVATE_KEY.sub(f"[private key {MASK}]", text)
-    out = _URL_CREDENTIALS.sub(lambda m: m.group("head") + MASK + m.group("at"), out)
-    out = _TOKENS.sub(MASK, out)
-    out = _BEARER.sub(lambda m: m.group("scheme") + MASK, out)
-    out = _BASIC.sub(lambda m: m.group("scheme") + MASK, out)
-    out = _ASSIGNMENT.sub(_assignment, out)
-    literals: set[str] = set()
-    for value in hide:
-        if len(value) >= MIN_SCRUB_LEN:
-            literals.add(value)
-            literals.add(json.dumps(value, ensure_ascii=False)[1:-1])
-            literals.add(json.dumps(value)[1:-1])
-    for literal in sorted(literals, key=len, reverse=True):
-        if len(literal) >= MIN_SCRUB_LEN:
-            out = out.replace(literal, MASK)
-    return out
+    text = json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+    return masked(len(text))
 
 
 def mask_arguments(arguments: Mapping[str, Any], sensitivity: str) -> dict[str, Any]:
     """A copy of `arguments` safe to show: every value masked under `secret` sensitivity;
-    otherwise values of sensitive-looking keys masked and token-like strings masked, recursively.
-    """
+    otherwise values of secret-named keys masked and secrets in strings masked, at any depth
+    (a private key split over list items included)."""
     return _map_keys(
         {k: _mask_item(k, v, secret=sensitivity == "secret") for k, v in arguments.items()}
     )
@@ -128,16 +168,44 @@ def _mask_nested(value: Any) -> Any:
     if isinstance(value, Mapping):
         return _map_keys({k: _mask_item(k, v, secret=False) for k, v in value.items()})
     if isinstance(value, list | tuple):
-        return [_mask_nested(v) for v in value]
+        return _mask_list(list(value))
     if value is None or isinstance(value, bool | int | float):
         return value
     return mask_text(str(value))
 
 
-def _map_keys(masked: dict[Any, Any]) -> dict[str, Any]:
-    """Mask token-like dict keys too, keeping keys distinct when two mask to the same text."""
+def _mask_list(items: list[Any]) -> list[Any]:
+    out = [_mask_nested(v) for v in items]
+    for i in _spread_secrets(items):
+        out[i] = masked(len(items[i]))
+    return out
+
+
+def _spread_secrets(items: list[Any]) -> list[int]:
+    """Indices of the string items a secret spreads over (a PEM key one line per item)."""
+    texts = [(i, normalise(v)[0]) for i, v in enumerate(items) if isinstance(v, str)]
+    if len(texts) < 2:
+        return []
+    starts, at = [], 0
+    for _, text in texts:
+        starts.append(at)
+        at += len(text) + 1
+    spread: set[int] = set()
+    for start, end, _ in find("\n".join(text for _, text in texts)):
+        touched = [
+            i
+            for (i, text), s in zip(texts, starts, strict=True)
+            if s < end and start < s + len(text) + 1
+        ]
+        if len(touched) > 1:
+            spread.update(touched)
+    return sorted(spread)
+
+
+def _map_keys(masked_items: dict[Any, Any]) -> dict[str, Any]:
+    """Mask secret-looking dict keys too, keeping keys distinct when two mask to the same text."""
     out: dict[str, Any] = {}
-    for key, value in masked.items():
+    for key, value in masked_items.items():
         name = mask_text(str(key))
         unique, n = name, 1
         while unique in out:
@@ -149,8 +217,7 @@ def _map_keys(masked: dict[Any, Any]) -> dict[str, Any]:
 
 def hidden_values(arguments: Mapping[str, Any], sensitivity: str) -> list[str]:
     """Argument values that must not appear in free text (the prompt, the command, a reason):
-    all of them under `secret` sensitivity, else those under sensitive-looking keys.
-    """
+    all of them under `secret` sensitivity, else those under secret-named keys."""
     if sensitivity == "secret":
         return secret_values(arguments)
     found: list[str] = []
@@ -183,3 +250,26 @@ def secret_values(value: Any) -> list[str]:
         else:
             found.append(str(item))
     return found
+
+
+# ---------------------------------------------------------------- the way out to Slack
+
+
+def outbound(payload: Any) -> Any:
+    """The one masking entry point for anything sent to Slack: every string in `payload`
+    (a Web API call's arguments, a view, a response body) with every rule applied, except
+    under `STRUCTURAL_KEYS` (our ids, channel ids, timestamps). Lists spread over items
+    (a PEM key one line per item) are caught as in `mask_arguments`."""
+    if isinstance(payload, str):
+        return mask_text(payload)
+    if isinstance(payload, Mapping):
+        return {
+            k: v if k in STRUCTURAL_KEYS and isinstance(v, str) else outbound(v)
+            for k, v in payload.items()
+        }
+    if isinstance(payload, list | tuple):
+        items = [outbound(v) for v in payload]
+        for i in _spread_secrets(list(payload)):
+            items[i] = masked(len(payload[i]))
+        return items
+    return payload
