@@ -1,6 +1,6 @@
 """The secret rules: every pattern that recognises a secret in text, and the text normaliser.
 
-One module, one corpus (`tests/secret_corpus.py`: generated fakes and near
+One module, one corpus (`tests/support/secret_corpus.py`: generated fakes and near
 misses for every rule). `find(text)` returns the spans of secrets in text that
 `normalise` already made comparable (NFKC per character, format characters
 such as zero-width spaces removed); `bot.masking` maps them back onto the
@@ -32,6 +32,8 @@ class Rule:
     name: str
     pattern: re.Pattern[str]
     check: Callable[[str], bool] | None = None
+    #: Lower-case strings one of which a text must hold for the rule to run (speed only).
+    hints: tuple[str, ...] = ()
 
 
 def _mixed(value: str) -> bool:
@@ -65,9 +67,36 @@ _B = r"(?<![A-Za-z0-9_])"  # no identifier character before
 _E = r"(?![A-Za-z0-9_])"  # no identifier character after
 
 
-def _token(name: str, *alternatives: str, check: Callable[[str], bool] | None = None) -> Rule:
+def _token(
+    name: str,
+    *alternatives: str,
+    check: Callable[[str], bool] | None = None,
+    hints: tuple[str, ...] = (),
+) -> Rule:
+    """A rule matching a whole token (not inside a longer identifier); its hints are the
+    alternatives' literal prefixes unless given."""
     body = "|".join(alternatives)
-    return Rule(name, re.compile(rf"{_B}(?:{body})"), check)
+    prefixes = tuple(_literal_prefix(a).lower() for a in alternatives)
+    hints = hints or (() if "" in prefixes else prefixes)
+    return Rule(name, re.compile(rf"{_B}(?:{body})"), check, hints)
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The literal text a pattern starts with (`ghp_` of `ghp_[A-Z]+`, `ya29.` of `ya29\\.`)."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern) and pattern[i + 1] in ".-$":
+            out.append(pattern[i + 1])
+            i += 2
+        elif ch.isalnum() or ch in "_-":
+            out.append(ch)
+            i += 1
+        else:
+            break
+    if i < len(pattern) and pattern[i] in "?*{" and out:
+        out.pop()  # the last character is optional or repeated
+    return "".join(out)
 
 
 #: Key names: a segment equal to a weak term, or ending in a strong one, makes a key secret.
@@ -131,10 +160,6 @@ def _not_a_scheme(value: str) -> bool:
     return value.lower() not in _SCHEMES
 
 
-def _has_digit(value: str) -> bool:
-    return any(c.isdigit() for c in value)
-
-
 RULES: tuple[Rule, ...] = (
     # -- PEM blocks, to their END line or the end of the text
     Rule(
@@ -144,6 +169,7 @@ RULES: tuple[Rule, ...] = (
             r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z))",
             re.DOTALL,
         ),
+        hints=("private key",),
     ),
     # -- user:password@ in any URL; the password may hold `@`, `/` and `:`
     Rule(
@@ -151,9 +177,16 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:(?P<secret>[^\s]+?)@(?=[^\s@]*(?:[\s\"'`<>]|\Z))"
         ),
+        hints=("://",),
     ),
     # -- cloud
-    _token("aws_access_key_id", r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}" + _E),
+    _token(
+        "aws_access_key_id",
+        r"AKIA[A-Z0-9]{16}" + _E,
+        r"ASIA[A-Z0-9]{16}" + _E,
+        r"ABIA[A-Z0-9]{16}" + _E,
+        r"ACCA[A-Z0-9]{16}" + _E,
+    ),
     Rule(
         "aws_secret_key",
         re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
@@ -164,11 +197,14 @@ RULES: tuple[Rule, ...] = (
     Rule("azure_storage_key", re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{86}=="), _mixed),
     _token("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}"),
     _token(
-        "hashicorp_vault", r"hv[sbr]\.[A-Za-z0-9_\-]{20,}", r"[a-z0-9]{14}\.atlasv1\.[\w\-]{30,}"
+        "hashicorp_vault",
+        r"hv[sbr]\.[A-Za-z0-9_\-]{20,}",
+        r"[a-z0-9]{14}\.atlasv1\.[\w\-]{30,}",
+        hints=("hvs.", "hvb.", "hvr.", ".atlasv1."),
     ),
     _token("databricks_token", r"dapi[a-f0-9]{32}(?:-\d)?" + _E),
     # -- version control
-    _token("github_token", r"gh[pousr]_[A-Za-z0-9]{30,}", r"github_pat_[A-Za-z0-9_]{30,}"),
+    _token("github_token", r"gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}"),
     _token(
         "gitlab_token",
         r"gl(?:pat|dt|ptt|rt|soat|ffct|cbt|imt|oas|agent)-[A-Za-z0-9_\-]{20,}",
@@ -183,16 +219,17 @@ RULES: tuple[Rule, ...] = (
     _token("nuget_key", r"oy2[a-z0-9]{43}" + _E),
     _token("crates_token", r"cio[A-Za-z0-9]{32}" + _E),
     # -- payment
-    _token("stripe_key", r"[rs]k_(?:live|test)_[A-Za-z0-9]{10,}"),
+    _token("stripe_key", r"[rs]k_(?:live|test)_[A-Za-z0-9]{10,}", hints=("k_live_", "k_test_")),
     _token("stripe_webhook_secret", r"whsec_[A-Za-z0-9+/=]{20,}"),
     _token("square_token", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_\-]{22,}", r"EAAA[A-Za-z0-9_\-]{55,}"),
     Rule(
         "braintree_token",
         re.compile(r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}"),
+        hints=("access_token$",),
     ),
     _token("shopify_token", r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"),
     # -- AI APIs
-    _token("openai_key", r"sk-(?:[A-Za-z0-9]+-){0,2}[A-Za-z0-9_\-]{20,}", check=_has_digit),
+    _token("openai_key", r"sk-(?:[A-Za-z0-9]+-){0,2}[A-Za-z0-9_\-]{20,}"),
     _token("huggingface_token", r"hf_[A-Za-z0-9]{30,}"),
     _token(
         "ai_provider_token",
@@ -203,17 +240,19 @@ RULES: tuple[Rule, ...] = (
         r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}",
     ),
     # -- chat
-    _token("slack_token", r"xox[a-z]-[A-Za-z0-9\-%]{10,}", r"xoxe\.xox[a-z]-[A-Za-z0-9\-]{10,}"),
+    _token("slack_token", r"xox[abposrcde]-[A-Za-z0-9\-%]+", r"xoxe\.xox[a-z]-[A-Za-z0-9\-]+"),
     _token("slack_token", r"xapp-\d-[A-Za-z0-9\-]{10,}"),
     Rule(
         "slack_webhook",
         re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]+"),
+        hints=("hooks.slack.com",),
     ),
     Rule(
         "discord_webhook",
         re.compile(
             r"https://(?:canary\.|ptb\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]+"
         ),
+        hints=("/api/webhooks/",),
     ),
     Rule(
         "teams_webhook",
@@ -221,15 +260,18 @@ RULES: tuple[Rule, ...] = (
             r"https://[A-Za-z0-9.\-]+\.webhook\.office\.com/\S+"
             r"|https://outlook\.office(?:365)?\.com/webhook/\S+"
         ),
+        hints=("webhook.office.com", "/webhook/"),
     ),
-    _token("telegram_token", r"\d{8,10}:AA[A-Za-z0-9_\-]{33}" + _E),
+    _token("telegram_token", r"\d{8,10}:AA[A-Za-z0-9_\-]{33}" + _E, hints=(":aa",)),
     _token(
-        "discord_bot_token", r"[MNO][A-Za-z0-9]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}"
+        "discord_bot_token",
+        r"[MNO][A-Za-z0-9]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}",
+        hints=(".",),
     ),
     # -- mail and SaaS
     _token("sendgrid_key", r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"),
     _token("mailgun_key", r"key-[a-f0-9]{32}" + _E),
-    _token("mailchimp_key", r"[a-f0-9]{32}-us\d{1,2}" + _E),
+    _token("mailchimp_key", r"[a-f0-9]{32}-us\d{1,2}" + _E, hints=("-us",)),
     _token("twilio_key", r"SK[a-fA-F0-9]{32}" + _E),
     _token(
         "saas_token",
@@ -254,18 +296,29 @@ RULES: tuple[Rule, ...] = (
             r"(?:(?i:digest|negotiate|ntlm)\s+(?P<secret>[^\r\n]+)"
             r"|(?i:bearer|basic|token|apikey|api-key|sso-key)\s+(?P<secret2>[^\s\"'`]+))"
         ),
+        hints=("authorization",),
     ),
     Rule(
         "auth_header",
         re.compile(r"(?i:\b(?:proxy-)?authorization\s*[:=]\s*[\"']?)(?P<secret>[^\s\"'`]+)"),
         _secretish,
+        hints=("authorization",),
     ),
-    Rule("auth_header", re.compile(r"(?i:\b(?:set-)?cookie\s*:\s*)(?P<secret>[^\r\n]+)")),
-    Rule("auth_header", re.compile(r"(?i:\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/\-]{8,}=*)")),
+    Rule(
+        "auth_header",
+        re.compile(r"(?i:\b(?:set-)?cookie\s*:\s*)(?P<secret>[^\r\n]+)"),
+        hints=("cookie",),
+    ),
+    Rule(
+        "auth_header",
+        re.compile(r"(?i:\bbearer\s+)(?P<secret>[A-Za-z0-9._~+/\-]{8,}=*)"),
+        hints=("bearer",),
+    ),
     Rule(
         "auth_header",
         re.compile(r"\bBasic\s+(?P<secret>[A-Za-z0-9+/]{8,}={0,2})"),
         _basic_credentials,
+        hints=("basic",),
     ),
     # -- key = value (env assignments, JSON, YAML, query strings, XML)
     Rule(
@@ -275,10 +328,12 @@ RULES: tuple[Rule, ...] = (
             r"(?:\s*(?:=>|:=|=|:)\s*)" + _VALUE
         ),
         _not_a_scheme,
+        hints=("=", ":"),
     ),
     Rule(
         "key_assignment",
         re.compile(r"<(?P<key>[A-Za-z][\w.\-]*)>(?P<secret>[^<]+)</(?P=key)>"),
+        hints=("</",),
     ),
     # -- command-line flags
     Rule(
@@ -286,6 +341,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"(?<!\S)--?(?P<key>[A-Za-z][\w\-]*)(?:=|\s+)(?P<secret>\"[^\"]*\"|'[^']*'|[^\s\-<|;&][^\s|;&]*)"
         ),
+        hints=("-",),
     ),
     Rule(
         "cli_password",
@@ -293,14 +349,24 @@ RULES: tuple[Rule, ...] = (
             r"\b(?:mysql\w*|mariadb\w*|mongo(?:sh|dump|restore)?|sshpass|(?:docker|podman|helm)\s+"
             r"(?:registry\s+)?login)\b[^\n;|&]*?\s-p[ \t]*(?P<secret>[^\s\-][^\s;|&]*)"
         ),
+        hints=("mysql", "mariadb", "mongo", "sshpass", "login"),
     ),
-    Rule("cli_password", re.compile(r"\bredis-cli\b[^\n;|&]*?\s-a[ \t]*(?P<secret>[^\s\-]\S*)")),
-    Rule("cli_password", re.compile(r"(?<!\S)-pass(?:in|out)?\s+pass:(?P<secret>\S+)")),
+    Rule(
+        "cli_password",
+        re.compile(r"\bredis-cli\b[^\n;|&]*?\s-a[ \t]*(?P<secret>[^\s\-]\S*)"),
+        hints=("redis-cli",),
+    ),
+    Rule(
+        "cli_password",
+        re.compile(r"(?<!\S)-pass(?:in|out)?\s+pass:(?P<secret>\S+)"),
+        hints=("pass:",),
+    ),
     Rule(
         "cli_password",
         re.compile(r"\b(?:curl|wget|http)\b[^\n;|&]*?\s(?:-u|--user)[ \t]*[^\s:]+:(?P<secret>\S+)"),
+        hints=("curl", "wget", "http"),
     ),
-    Rule("cli_password", re.compile(r"(?<!\S)-U[ \t]*[^\s%]+%(?P<secret>\S+)")),
+    Rule("cli_password", re.compile(r"(?<!\S)-U[ \t]*[^\s%]+%(?P<secret>\S+)"), hints=("%",)),
     # -- `password X`, `api_key X`, `the token is X` in prose
     Rule(
         "secret_word",
@@ -309,6 +375,7 @@ RULES: tuple[Rule, ...] = (
             r"(?:(?:is|was|of|=)\s+)?)(?P<secret>\S+)"
         ),
         _secretish,
+        hints=("key", "pass", "token", "secret", "pw"),
     ),
 )
 
@@ -340,25 +407,43 @@ def normalise(text: str) -> tuple[str, list[int] | None]:
 
 
 def find(text: str, rules: tuple[Rule, ...] = RULES) -> list[Span]:
-    """(start, end, rule) of every secret in `text` (already normalised), unmerged."""
+    """(start, end, rule) of every secret in `text` (already normalised), unmerged.
+
+    A rule runs only if one of its hints is in the text. A match a rule rejects (its key
+    names no secret, its check fails) does not hide what overlaps it: the search resumes
+    one character after where that match began."""
     spans: list[Span] = []
+    lower = text.lower()
     for rule in rules:
-        for match in rule.pattern.finditer(text):
-            groups = match.groupdict()
-            key = groups.get("key")
-            if rule.name in _KEYED and key is not None:
-                # `Authorization:` is the auth_header rules' (scheme words stay visible).
-                if not is_secret_name(key) or key_segments(key)[-1:] == ["authorization"]:
-                    continue
-            name = "secret" if groups.get("secret") is not None else "secret2"
-            if groups.get(name) is None:
-                name = "0"
-            start, end = match.span(0 if name == "0" else name)
-            value = text[start:end]
-            if name != "0" and value[:1] in "\"'" and value[-1:] == value[:1] and len(value) > 1:
-                start, end = start + 1, end - 1  # a quoted value: the quotes stay
-                value = text[start:end]
-            if not value or (rule.check is not None and not rule.check(value)):
+        if rule.hints and not any(h in lower for h in rule.hints):
+            continue
+        pos = 0
+        while pos <= len(text):
+            match = rule.pattern.search(text, pos)
+            if match is None:
+                break
+            span = _secret_span(rule, match, text)
+            if span is None:
+                pos = match.start() + 1
                 continue
-            spans.append((start, end, rule.name))
+            spans.append((*span, rule.name))
+            pos = max(match.end(), match.start() + 1)
     return spans
+
+
+def _secret_span(rule: Rule, match: re.Match[str], text: str) -> tuple[int, int] | None:
+    groups = match.groupdict()
+    key = groups.get("key")
+    if rule.name in _KEYED and key is not None:
+        # `Authorization:` is the auth_header rules' (scheme words stay visible).
+        if not is_secret_name(key) or key_segments(key)[-1:] == ["authorization"]:
+            return None
+    name = next((g for g in ("secret", "secret2") if groups.get(g) is not None), None)
+    start, end = match.span(name or 0)
+    value = text[start:end]
+    if name and len(value) > 1 and value[0] in "\"'" and value[-1] == value[0]:
+        start, end = start + 1, end - 1  # a quoted value: the quotes stay
+        value = text[start:end]
+    if not value or (rule.check is not None and not rule.check(value)):
+        return None
+    return start, end

@@ -117,8 +117,8 @@ FAKES.append(Fake("pem_private_key", "\n".join(split[:3]), lines[1], value=split
 sa_body = rand(B64, 64)
 fake(
     "pem_private_key",
-    '{{"type": "service_account", "private_key": "{s}"}}',
-    f"-----BEGIN PRIVATE KEY-----\\n{sa_body}\\n-----END PRIVATE KEY-----\\n",
+    '{{"type": "service_account", "private_key": "{s}\\n"}}',
+    f"-----BEGIN PRIVATE KEY-----\\n{sa_body}\\n-----END PRIVATE KEY-----",
 )
 near(
     "pem_private_key",
@@ -267,7 +267,7 @@ fake(
     "socket {s}",
     "xapp-1-A" + rand(UPPER + DIGITS, 10) + "-" + rand(DIGITS, 13) + "-" + rand(HEX, 64),
 )
-near("slack_token", "xoxb-test is an example and xox is not a token")
+near("slack_token", "xoxb- alone, xox_b and xoxz-1 are not tokens")
 fake(
     "slack_webhook",
     "curl -X POST {s}",
@@ -357,7 +357,9 @@ fake(
 fake("key_assignment", "X-Api-Key: {s}", rand(ALNUM, 32))
 fake("key_assignment", "X-Auth-Token: {s}", rand(ALNUM, 30))
 fake("auth_header", "Cookie: session={s}; theme=dark", rand(URLSAFE, 32))
+fake("auth_header", "Authorization: {s}", mixed(ALNUM, 32))
 near("auth_header", "Authorization: required (see the runbook)")
+near("auth_header", "Basic authentication is off; the cookie jar is empty")
 near("auth_header", "the Bearer of bad news")
 
 # ---------------------------------------------------------------- key names (assignments)
@@ -430,5 +432,22 @@ pw = password(15)
 FAKES.append(Fake("key_assignment", "pass\u200bword=" + pw, pw))
 FAKES.append(Fake("key_assignment", fullwidth("token:") + pw[::-1], pw[::-1]))
 
-#: The rules a fake or near miss names (checked against `bot.secret_rules.RULE_NAMES`).
-CORPUS_RULES = sorted({f.rule for f in FAKES})
+
+
+
+#: A secret shows if any piece this long of it does (or the whole, when shorter).
+PIECE = 12
+
+
+def leaked_piece(shown: str, secret: str) -> str | None:
+    """The first piece of `secret` (whole, or any `PIECE`-character window) found in `shown`,
+    both normalised as the masking sees them (NFKC, format characters removed)."""
+    from bot.secret_rules import normalise
+
+    out, value = normalise(shown)[0], normalise(secret)[0]
+    if len(value) <= PIECE:
+        return value if value in out else None
+    for i in range(len(value) - PIECE + 1):
+        if value[i : i + PIECE] in out:
+            return value[i : i + PIECE]
+    return None
