@@ -259,9 +259,10 @@ def outbound(payload: Any) -> Any:
     """The one masking entry point for anything sent to Slack: every string in `payload`
     (a Web API call's arguments, a view, a response body) with every rule applied, except
     under `STRUCTURAL_KEYS` (our ids, channel ids, timestamps). Lists spread over items
-    (a PEM key one line per item) are caught as in `mask_arguments`."""
+    (a PEM key one line per item) are caught as in `mask_arguments`. A string never grows
+    (a mask can be longer than what it hides): the renderer kept it within Slack's limits."""
     if isinstance(payload, str):
-        return mask_text(payload)
+        return _within(mask_text(payload), len(payload))
     if isinstance(payload, Mapping):
         return {
             k: v if k in STRUCTURAL_KEYS and isinstance(v, str) else outbound(v)
@@ -270,6 +271,11 @@ def outbound(payload: Any) -> Any:
     if isinstance(payload, list | tuple):
         items = [outbound(v) for v in payload]
         for i in _spread_secrets(list(payload)):
-            items[i] = masked(len(payload[i]))
+            items[i] = _within(masked(len(payload[i])), len(payload[i]))
         return items
     return payload
+
+
+def _within(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (ending in `…`) if it grew past it."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"

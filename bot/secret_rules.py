@@ -54,9 +54,9 @@ def _basic_credentials(value: str) -> bool:
 
 def _secretish(value: str) -> bool:
     """A word after `password`/`token` in prose is a secret only if it does not read as a word."""
-    value = value.strip("\"'`.,;:)")
-    if len(value) < 6:
-        return False
+    value = value.strip("\"'`.,;:()[]{}")
+    if len(value) < 6 or value.startswith(("&lt;", "&gt;", "&amp;", "<")):
+        return False  # a redirection or an escaped one, not a value
     has_digit = any(c.isdigit() for c in value)
     has_symbol = any(not c.isalnum() for c in value)
     has_inner_upper = any(c.isupper() for c in value[1:])
@@ -100,8 +100,10 @@ def _literal_prefix(pattern: str) -> str:
 
 
 #: Key names: a segment equal to a weak term, or ending in a strong one, makes a key secret.
-_STRONG = ("password", "passwd", "passphrase", "passcode", "secret", "secrets", "token", "tokens")
-_STRONG += ("apikey", "credential", "credentials", "cookie", "privatekey", "authorization")
+_STRONG: tuple[str, ...] = (
+    "password", "passwd", "passphrase", "passcode", "secret", "secrets", "token", "tokens",
+    "apikey", "credential", "credentials", "cookie", "privatekey", "authorization",
+)  # fmt: skip
 _WEAK = frozenset({"pass", "pw", "pwd", "auth", "creds", "sig", "signature", "dsn", "otp"})
 #: `<x>_key` is a secret unless x says it is not (`public_key`, `primary_key`, …).
 _KEY_NOT_SECRET = frozenset(

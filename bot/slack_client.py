@@ -18,7 +18,7 @@ from bot.masking import outbound
 class MaskingWebClient(AsyncWebClient):
     """`AsyncWebClient` whose request bodies and parameters are masked on the way out."""
 
-    async def api_call(  # type: ignore[override]
+    async def api_call(
         self,
         api_method: str,
         *,

@@ -417,6 +417,7 @@ fake("secret_word", "cancelled: rotated the api_key {s} by mistake", password(18
 fake("secret_word", "deny: password {s} is in the prompt", password(12))
 fake("secret_word", "the token is {s}", password(20))
 near("secret_word", "the password is too short; reset the token for bob and the api key rotation")
+near("secret_word", "🔴 secret (values hidden); token (see vault); password [redacted]")
 
 # ---------------------------------------------------------------- evasions
 

@@ -1,0 +1,135 @@
+"""No secret reaches Slack through the real app: every fake of the corpus, in every field an
+agent controls, through posts, DMs, modals, refusals and updates; every call the emulator
+received is searched for any piece of any secret."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from typing import Any
+
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.policy_file import parse_policy
+from bot import ids
+from bot.app import Bot
+from bot.masking import mask_text
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
+from tests.support.secret_corpus import FAKES, Fake, leaked_piece
+from tests.support.slack_emulator import SlackEmulator
+
+POLICY = {
+    "routes": {
+        "default": {"channel": CHANNEL, "reviewers": ["U0ALICE", "U0BOB"], "dm_reviewers": True},
+    },
+}
+
+
+def chunks(limit: int = 2500) -> list[list[Fake]]:
+    """The corpus in groups whose texts, one per line, fit one 3000-character field."""
+    groups: list[list[Fake]] = [[]]
+    size = 0
+    for fake in FAKES:
+        if size + len(fake.text) + 1 > limit and groups[-1]:
+            groups.append([])
+            size = 0
+        groups[-1].append(fake)
+        size += len(fake.text) + 1
+    return groups
+
+
+def short(group: list[Fake], limit: int) -> list[str]:
+    """Fakes of `group` that fit a short field (whole, or their bare token)."""
+    out = []
+    for fake in group:
+        if len(fake.text) <= limit and "\n" not in fake.text:
+            out.append(fake.text)
+        elif len(fake.secret) <= limit and mask_text(fake.secret) != fake.secret:
+            out.append(fake.secret)
+    return out
+
+
+async def submit(bot: Bot, group: list[Fake], config: ApprovalConfig, n: int) -> ApprovalRequest:
+    assert bot.ctx is not None
+    text = "\n".join(f.text for f in group)
+    names = short(group, 200)
+    event = ApprovalEvent(
+        tool_name=names[n % len(names)] if names else "deploy",
+        arguments={f"arg{i}": {"deep": [f.as_value]} for i, f in enumerate(group)},
+        command=text,
+        path=text,
+        cwd=text,
+        agent=names[(n + 1) % len(names)] if names else None,
+        session_id=names[(n + 2) % len(names)] if names else None,
+        call_id=uuid.uuid4().hex,
+    )
+    return await bot.ctx.service.submit(event, config)
+
+
+async def latest_view(slack: SlackEmulator, count: int) -> dict[str, Any]:
+    """The view of the `count`th `views.open` call, once it has come."""
+    opened = (await slack.wait_for("views.open", count))[count - 1]
+    view = opened.body["view"]
+    return json.loads(view) if isinstance(view, str) else view  # type: ignore[no-any-return]
+
+
+def block_actions(reviewer: Reviewer, message: dict[str, Any], action_id: str, value: str) -> Any:
+    """A click on a button the message does not show (a stale or crafted one)."""
+    payload = reviewer.click_payload(message, CHANNEL, ids.DENY)
+    payload["actions"][0].update(action_id=action_id, value=value, action_ts=f"{time.time():.6f}")
+    return payload
+
+
+async def test_no_piece_of_any_fake_reaches_slack(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    slack.add_user("U0ALICE")
+    slack.add_user("U0BOB")
+    bot = await make_bot(parse_policy(copy.deepcopy(POLICY), source="test"))
+    alice: Reviewer = reviewer("U0ALICE")
+    outsider: Reviewer = reviewer("U0MALLORY")
+    for n, group in enumerate(chunks()):
+        text = "\n".join(f.text for f in group)
+        options = tuple(dict.fromkeys(short(group, 75)))[:100] or ("a", "b")
+        plain = await submit(bot, group, ApprovalConfig(prompt=text), n)
+        choice = await submit(bot, group, ApprovalConfig(kind="choice", options=options), n)
+        question = await submit(bot, group, ApprovalConfig(kind="input", prompt=text), n)
+        for request in (plain, choice, question):
+            await slack.wait_until(
+                lambda r=request: any(r.id in json.dumps(m) for m in slack.messages.values()),
+                10,
+                f"the post of {request.id}",
+            )
+        # refused (not a reviewer), then the Deny modal with every secret as the reason
+        _, message = posted_message(slack, plain.id)
+        assert await outsider.click(bot, message, CHANNEL, ids.APPROVE) == 200
+        assert await alice.click(bot, message, CHANNEL, ids.DENY) == 200
+        view = await latest_view(slack, 2 * n + 1)
+        await alice.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: text}})
+        # a plain Approve on a choice: "choose one of: <options>"
+        _, message = posted_message(slack, choice.id)
+        assert await alice.send(bot, block_actions(alice, message, ids.APPROVE, choice.id)) == 200
+        # the Respond modal, every secret as the answer; then a late click on the decided one
+        _, message = posted_message(slack, question.id)
+        assert await alice.click(bot, message, CHANNEL, ids.RESPOND) == 200
+        view = await latest_view(slack, 2 * n + 2)
+        await alice.submit(bot, view, {ids.INPUT_BLOCK: {ids.INPUT_ACTION: text}})
+        assert bot.ctx is not None
+        await bot.ctx.waiter.wait(question.id, timeout=5)
+        assert await alice.click(bot, message, CHANNEL, ids.RESPOND) == 200
+    await slack.wait_until(
+        lambda: len(slack.calls_to("chat.postEphemeral")) >= 3 * len(chunks()), 10, "ephemerals"
+    )
+    await slack.wait_until(
+        lambda: len(slack.calls_to("chat.update")) >= 2 * len(chunks()), 10, "updates"
+    )
+    methods = {c.method for c in slack.calls}
+    assert {"chat.postMessage", "chat.update", "chat.postEphemeral", "views.open"} <= methods
+    assert len(slack.calls_to("conversations.open")) >= 2, "reviewers were DMed"
+    sent = [json.dumps(c.body, ensure_ascii=False) for c in slack.calls]
+    sent += [alice.last_body, outsider.last_body]
+    for fake in FAKES:
+        for body in sent:
+            piece = leaked_piece(body, fake.secret)
+            assert piece is None, f"{fake.rule}: {piece!r} reached Slack in {body[:300]}"
