@@ -234,9 +234,12 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         pending = await ctx.redis.zcard(ctx.keys.pending)
+        retrying = await ctx.redis.zcard(ctx.keys.webhook_retries)
         lines = [
             "# TYPE approvals_pending gauge",
             f"approvals_pending {pending}",
+            "# TYPE approvals_webhooks_retrying gauge",
+            f"approvals_webhooks_retrying {retrying}",
             "# TYPE approvals_waiters gauge",
             f"approvals_waiters {ctx.waiter.waiting}",
         ]

@@ -494,6 +494,7 @@ async def test_metrics_show_webhook_counters(ctx: BotContext, start_worker: Star
     assert "approvals_webhook_attempt_failures 1" in text
     assert "approvals_webhook_delivered 1" in text
     assert "approvals_webhook_attempt_seconds_count 2" in text
+    assert "approvals_webhooks_retrying 0" in text
 
 
 # -- the CLI ------------------------------------------------------------------------------------
