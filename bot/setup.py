@@ -281,6 +281,7 @@ class HookSpec:
     executable: str = "approval-bot"
     url: str | None = None  # http: the bot's base URL
     token_variable: str = DEFAULT_TOKEN_VARIABLE
+    on_failure_block: bool = False  # Claude Code 2.1.295+: `"onFailure": "block"`
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -289,6 +290,7 @@ class HookSpec:
 
     def handler(self) -> dict[str, Any]:
         wait = _seconds(self.wait)
+        extra = {"onFailure": "block"} if self.on_failure_block else {}
         if self.hook_type == "http":
             if not self.url:
                 raise SetupError("an http hook needs the bot's URL: --url or APPROVALS_URL")
@@ -300,6 +302,7 @@ class HookSpec:
                 "headers": {"Authorization": f"Bearer ${self.token_variable}"},
                 "allowedEnvVars": [self.token_variable],
                 "timeout": _timeout_value(self.timeout),
+                **extra,
             }
         command = " ".join(
             [
@@ -316,6 +319,7 @@ class HookSpec:
             "type": "command",
             "command": command,
             "timeout": _timeout_value(self.timeout),
+            **extra,
         }
         if self.agent == "codex":
             handler["statusMessage"] = STATUS_MESSAGE
@@ -457,6 +461,13 @@ def add_arguments(sub: Any) -> None:
             "the bot's --timeout is set below it",
         )
         a.add_argument("--on-timeout", choices=("deny", "ask"), default="deny")
+        if agent == "claude-code":
+            a.add_argument(
+                "--on-failure-block",
+                action="store_true",
+                help='add "onFailure": "block" (Claude Code 2.1.295 and later: a hook that fails '
+                "to start, times out or exits oddly blocks; earlier versions ignore it)",
+            )
         a.add_argument(
             "--executable",
             help="how the agent runs approval-bot (default: 'approval-bot' when it is on PATH, "
@@ -517,6 +528,7 @@ def run_setup(
             executable=args.executable or default_executable(),
             url=getattr(args, "url", None) or approvals_url,
             token_variable=getattr(args, "token_variable", DEFAULT_TOKEN_VARIABLE),
+            on_failure_block=getattr(args, "on_failure_block", False),
         )
         path = settings_path(agent, args.scope, project, home, codex_home)
         change = plan(path, spec)

@@ -21,6 +21,8 @@ rule itself lives in `bot.setup`.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,8 +162,51 @@ def _load(report: Report, path: Path) -> dict[str, Any] | None:
         return None
 
 
-def check_claude_code(project: Path, home: Path) -> Report:
-    """Claude Code: user, project and local settings together, as Claude Code merges them."""
+#: The first Claude Code whose hook schema has `onFailure` (2.1.294's has not; measured).
+ON_FAILURE_SINCE = (2, 1, 295)
+
+
+def claude_version(claude: str | None = None) -> tuple[int, ...] | None:
+    """`claude --version` as numbers (None when there is no `claude` or it says nothing usable)."""
+    exe = claude or shutil.which("claude")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", done.stdout)
+    return tuple(int(n) for n in found.groups()) if found else None
+
+
+def _check_on_failure(report: Report, ref: HookRef, claude: str | None) -> None:
+    value = ref.handler.get("onFailure")
+    since = ".".join(map(str, ON_FAILURE_SINCE))
+    version = claude_version(claude)
+    if value != "block":
+        report.add("warning", f"{ref.file}: {ref.event}: onFailure is {value!r}, not 'block'")
+    elif version is None:
+        report.add(
+            "warning",
+            f"{ref.file}: {ref.event}: 'onFailure': 'block' works from Claude Code {since} on "
+            "and is ignored before; `claude` is not on PATH to tell which one runs here",
+        )
+    elif version < ON_FAILURE_SINCE:
+        shown = ".".join(map(str, version))
+        report.add(
+            "warning",
+            f"{ref.file}: {ref.event}: 'onFailure' is ignored by Claude Code {shown} (it needs "
+            f"{since} or later): a failing hook still lets the call through",
+        )
+    else:
+        report.add("ok", f"{ref.file}: {ref.event}: onFailure 'block' (Claude Code {since}+)")
+
+
+def check_claude_code(project: Path, home: Path, claude: str | None = None) -> Report:
+    """Claude Code: user, project and local settings together, as Claude Code merges them.
+    `claude`: the executable asked for its version (default: `claude` on PATH)."""
     report = Report("claude-code")
     refs: list[HookRef] = []
     for scope in ("user", "project", "local"):
@@ -176,11 +221,7 @@ def check_claude_code(project: Path, home: Path) -> Report:
                 continue
             refs.append(ref)
             if "onFailure" in ref.handler:
-                report.add(
-                    "warning",
-                    f"{path}: {ref.event}: 'onFailure' is not in Claude Code 2.1.197's settings "
-                    "schema and is ignored there; do not count on it",
-                )
+                _check_on_failure(report, ref, claude)
     if not refs:
         report.add(
             "error",

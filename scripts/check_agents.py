@@ -512,17 +512,14 @@ async def check_claude_code(h: Harness, cases: list[str], on_failure_block: bool
                 url = h.dead_url if case == "unreachable" else h.bot.url
                 if hook_type == "http":
                     setup_argv += ["--url", url]
+                if on_failure_block:
+                    setup_argv.append("--on-failure-block")
                 text = setup_hooks("claude-code", setup_argv, {**env, "APPROVALS_URL": url})
                 settings = project / ".claude" / "settings.json"
                 if not settings.exists():
                     raise RuntimeError(f"setup wrote no settings: {text}")
                 if case == "hook_timeout":
                     edit_json(settings, short_timeout)
-                if on_failure_block:
-                    edit_json(
-                        settings,
-                        lambda d: [hd.update(onFailure="block") for hd in our_handlers(d)],
-                    )
 
                 def argv(prompt: str, cwd: Path, mode_args: list[str] = mode_args) -> list[str]:
                     return [str(h.binary), "-p", prompt, *mode_args, "--output-format", "json"]

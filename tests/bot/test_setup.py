@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bot import setup_check
 from bot.cli import main
 from bot.settings import VARIABLES
 from bot.setup import (
@@ -344,16 +345,6 @@ CLAUDE_FINDINGS = [
         "warning",
         "asks its user instead",
     ),
-    (
-        {
-            "type": "command",
-            "command": "approval-bot hook claude-code --timeout 50",
-            "timeout": 60,
-            "onFailure": "block",
-        },
-        "warning",
-        "'onFailure' is not in Claude Code 2.1.197",
-    ),
 ]
 
 
@@ -367,6 +358,32 @@ def test_check_claude_code_findings(
     found = report.errors if level == "error" else report.warnings
     assert any(text in line for line in found), report.render()
     assert report.ok == (level != "error")
+
+
+@pytest.mark.parametrize(
+    ("version", "level", "text"),
+    [
+        ((2, 1, 197), "warning", "ignored by Claude Code 2.1.197 (it needs 2.1.295 or later)"),
+        (None, "warning", "`claude` is not on PATH"),
+        ((2, 1, 295), "ok", "onFailure 'block' (Claude Code 2.1.295+)"),
+        ((2, 2, 0), "ok", "onFailure 'block'"),
+    ],
+)
+def test_check_on_failure_depends_on_the_claude_code_version(
+    dirs: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    version: tuple[int, ...] | None,
+    level: str,
+    text: str,
+) -> None:
+    project, home = dirs
+    monkeypatch.setattr(setup_check, "claude_version", lambda claude=None: version)
+    assert setup(project, "claude-code", "--on-failure-block") == 0
+    (mine,) = ours(json.loads((project / ".claude" / "settings.json").read_text()))
+    assert mine.handler["onFailure"] == "block"
+    report = check_claude_code(project, home)
+    assert report.ok
+    assert any(f.level == level and text in f.text for f in report.findings), report.render()
 
 
 def test_check_claude_code_gate_shape_findings(dirs: tuple[Path, Path]) -> None:
