@@ -167,3 +167,42 @@ async def test_service_refuses_a_callback_the_policy_does_not_allow_and_stores_n
     created = await opened.create(event, callback=Callback(url="https://hooks.example.com/x"))
     assert created.request.callback is not None
     assert (await store.get(created.request.id)).callback == created.request.callback
+
+
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.builds(
+            lambda scheme, host, rest: f"{scheme}://{host}{rest}",
+            st.sampled_from(["http", "https", "HTTP", "ftp", "file", "javascript", ""]),
+            st.one_of(
+                st.sampled_from(
+                    [
+                        "hooks.example.com",
+                        "hooks.example.com.",
+                        "HOOKS.example.com",
+                        "hooks.example.com.evil.io",
+                        "evil.io#@hooks.example.com",
+                        "hooks.example.com@evil.io",
+                        "127.0.0.1",
+                        "[::1]",
+                        "0x7f000001",
+                        "2130706433",
+                        "localhost",
+                    ]
+                ),
+                st.text(max_size=30),
+            ),
+            st.text(max_size=20),
+        ),
+    )
+)
+def test_a_url_passes_only_with_exactly_the_allowed_host(url: str) -> None:
+    guard = policy("hooks.example.com")
+    if guard.refusal(url) is None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        assert parts.scheme.lower() in ("http", "https")
+        assert (parts.hostname or "").rstrip(".") == "hooks.example.com"
+        assert parts.username is None and parts.password is None
