@@ -181,6 +181,12 @@ class WebhookWorker:
         ]
 
     async def stop(self) -> None:
+        """Stop reading; let attempts under way finish (up to one timeout), so a restart does
+        not leave them to be claimed a minute later; then cancel what is left."""
+        for task in self._loops:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.options.timeout + 1)
         tasks = [*self._loops, *self._tasks]
         for task in tasks:
             task.cancel()

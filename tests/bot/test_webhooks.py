@@ -360,6 +360,20 @@ async def test_an_entry_taken_by_a_worker_that_died_is_delivered_by_another(
         assert await dead.queue.pending_count() == 0
 
 
+async def test_stopping_lets_an_attempt_under_way_finish_and_be_recorded(
+    ctx: BotContext, start_worker: Start
+) -> None:
+    async with WebhookReceiver(Reply(delay=0.5)) as receiver:
+        worker = await start_worker()
+        request = await ask(ctx, receiver.url)
+        await approve(ctx, request)
+        await receiver.wait_for(1)
+        await worker.stop()  # mid-attempt
+        delivery = await Deliveries(ctx.redis, ctx.keys).get(request.id)
+        assert delivery is not None and delivery.status == "delivered"
+        assert await worker.deliveries.queue.pending_count() == 0
+
+
 # -- SSRF ---------------------------------------------------------------------------------------
 
 
