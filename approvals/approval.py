@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from approvals.callbacks import Callback
 from approvals.errors import AlreadyDecided
 from approvals.models import (
     ApprovalConfig,
@@ -54,6 +55,8 @@ class Approval(BaseModel):
     via: str | None = None
     votes: list[Vote] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: Where the signed decision webhook goes (None: no webhook).
+    callback: Callback | None = None
 
     @classmethod
     def from_request(cls, request: ApprovalRequest) -> Approval:

@@ -269,6 +269,7 @@ class ApprovalRequest(BaseModel):
             "via": d.via if d else None,
             "votes": [v.model_dump(mode="json") for v in self.votes],
             "metadata": self.metadata,
+            "callback": self.callback.model_dump(mode="json") if self.callback else None,
         }
 
 

@@ -137,6 +137,7 @@ class ApprovalObject(BaseModel):
     via: str | None
     votes: list[VoteObject]
     metadata: dict[str, Any]
+    callback: Callback | None
 
 
 class ErrorDetail(BaseModel):

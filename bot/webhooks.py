@@ -313,7 +313,6 @@ class WebhookWorker:
                 await self.deliveries.queue.ack(entry_id)
             return None
         data = approval_object(request)
-        data.setdefault("callback", request.callback.model_dump(mode="json"))
         decided_at = request.decision.decided_at if request.decision else None
         return await self.deliveries.open(
             request_id,
