@@ -368,7 +368,7 @@ class ApprovalsAPI:
         return web.json_response(output)
 
 
-def add_routes(app: web.Application, ctx: BotContext) -> None:
+def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     """Register the agent API on `app` (which should carry `error_middleware`)."""
     api = ApprovalsAPI(ctx)
     app.router.add_get("/openapi.json", api.openapi)
@@ -376,3 +376,4 @@ def add_routes(app: web.Application, ctx: BotContext) -> None:
     app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     app.router.add_post("/hooks/claude-code", api.guard(api.claude_code_hook))
+    return api

@@ -250,7 +250,10 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
-    api.add_routes(app, ctx)
+    handlers = api.add_routes(app, ctx)
+    from bot.mcp.http import add_routes as add_mcp_routes  # the MCP SDK loads only for serve
+
+    add_mcp_routes(app, ctx, handlers.authorize)
     return app
 
 

@@ -150,6 +150,34 @@ def build_parser() -> argparse.ArgumentParser:
     c = checks.add_parser("check", help="validate a policy file and print what it holds")
     c.add_argument("file", type=Path)
 
+    p = sub.add_parser("mcp", help="the approvals MCP server over stdio (permission_prompt, …)")
+    p.add_argument("--agent", default="mcp", help="the agent name reviewers see")
+    p.add_argument("--session-id", help="a session id for every request")
+    p.add_argument(
+        "--progress-interval",
+        type=positive_duration,
+        default=10.0,
+        help="seconds between MCP progress notifications while waiting",
+    )
+
+    p = sub.add_parser("mcp-proxy", help="gate an upstream MCP server's tools: -- COMMAND [ARGS…]")
+    p.add_argument("--name", help="the upstream server's name in mcp__NAME__tool (default: COMMAND)")
+    p.add_argument("--route", help="the policy route to ask on")
+    p.add_argument("--agent", default=None, help="the agent name reviewers see")
+    p.add_argument("--upstream-url", help="a Streamable HTTP upstream instead of a command")
+    p.add_argument(
+        "--mark-gated",
+        action="store_true",
+        help="say in tools/list descriptions which tools need approval",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=positive_duration,
+        default=10.0,
+        help="seconds between MCP progress notifications while waiting",
+    )
+    p.add_argument("upstream", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
+
     p = sub.add_parser("hook", help="agent hooks: the hook JSON on stdin, the answer on stdout")
     hooks = p.add_subparsers(dest="dialect", required=True, metavar="AGENT")
     for name, agent in (("claude-code", "Claude Code"), ("codex", "Codex")):
@@ -323,6 +351,11 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
             approvals_url=settings.approvals_url,
             codex_home=settings.codex_home_or_default,
         )
+    if args.command in ("mcp", "mcp-proxy"):
+        from bot.mcp.commands import run_mcp  # lazy: the MCP SDK loads only for these
+
+        configure_logging("WARNING")
+        return run_mcp(args, settings, open_client)
     configure_logging("WARNING")
     try:
         return asyncio.run(run(args, settings, sys.stdout))

@@ -1,0 +1,78 @@
+"""`approval-bot mcp` and `approval-bot mcp-proxy`: start-up, configuration, exit status.
+
+Both speak MCP on stdin/stdout, so nothing else may write there: logs go to
+stderr. They reach the bot like the hooks do (`APPROVALS_URL` +
+`APPROVALS_TOKEN`, else Redis through `REDIS_URL`), via the CLI's `open_client`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from approvals.client import ApprovalClient
+from bot.mcp.waiting import WaitOptions
+
+
+def run_mcp(
+    args: argparse.Namespace, settings: Any, open_client: Callable[[Any], ApprovalClient]
+) -> int:
+    """Run `mcp` or `mcp-proxy` until the MCP client goes away; returns the exit status."""
+    wait = WaitOptions(progress_interval=args.progress_interval)
+    try:
+        if args.command == "mcp":
+            return asyncio.run(_serve(args, settings, open_client, wait))
+        return asyncio.run(_proxy(args, settings, open_client, wait))
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as e:
+        print(f"approval-bot {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit status 2 with the message."""
+
+
+async def _serve(
+    args: argparse.Namespace,
+    settings: Any,
+    open_client: Callable[[Any], ApprovalClient],
+    wait: WaitOptions,
+) -> int:
+    from bot.mcp.server import ServerOptions, run_stdio
+
+    options = ServerOptions(agent=args.agent, session_id=args.session_id, wait=wait)
+    async with open_client(settings) as client:
+        await run_stdio(client, options)
+    return 0
+
+
+async def _proxy(
+    args: argparse.Namespace,
+    settings: Any,
+    open_client: Callable[[Any], ApprovalClient],
+    wait: WaitOptions,
+) -> int:
+    from bot.mcp.proxy import ProxyOptions, Upstream, run_proxy
+
+    command = list(args.upstream or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == bool(args.upstream_url):
+        raise UsageError(
+            "give the upstream server as `-- COMMAND [ARGS…]` or as --upstream-url URL"
+        )
+    upstream = Upstream(command=command, url=args.upstream_url)
+    options = ProxyOptions(
+        name=args.name or upstream.default_name(),
+        route=args.route,
+        agent=args.agent,
+        mark_gated=args.mark_gated,
+        wait=wait,
+    )
+    async with open_client(settings) as client:
+        return await run_proxy(upstream, client, options)

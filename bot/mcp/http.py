@@ -1,0 +1,222 @@
+"""The approvals MCP server over Streamable HTTP at `/mcp`, inside `serve`'s aiohttp app.
+
+The SDK's `StreamableHTTPSessionManager` is an ASGI app; `asgi_call` runs one
+aiohttp request through it (body in, streamed response out, `http.disconnect`
+when the client goes away, so a dropped call is cancelled and its request
+withdrawn). Every request first passes the HTTP API's bearer-token check
+(`ApprovalsAPI.authorize`): 401/403/503 exactly as `/v1/*`. Tool calls work on
+the bot's own service and waiter (`BotTransport`), so they cost no extra Redis
+connections and follow the same policy.
+
+Sessions live in the replica that created them (the SDK keeps them in memory):
+behind a load balancer, route `/mcp` with sticky sessions (`Mcp-Session-Id`).
+Why not the `aiohttp-asgi` package: after the body its `receive()` returns an
+empty body at once, forever, so the SDK's disconnect watcher would spin a core
+for as long as a call waits for a reviewer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from aiohttp import web
+from mcp.server.context import ServerRequestContext
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from approvals.approval import Approval, already_decided
+from approvals.client import ApprovalClient
+from approvals.errors import ApprovalTimeout
+from approvals.models import ApprovalConfig, ApprovalEvent
+from bot.context import BotContext
+from bot.mcp.server import ApprovalsServer, ServerOptions
+from bot.mcp.waiting import WaitOptions
+
+log = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+#: How often a waiting response checks that its client is still connected, in seconds.
+DISCONNECT_POLL = 0.5
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[
+    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
+
+
+class BotTransport:
+    """`Transport` on the bot's own service and waiter (no extra Redis connections)."""
+
+    def __init__(self, ctx: BotContext, principal: str | None = None) -> None:
+        self.ctx = ctx
+        self.principal = principal
+
+    async def request(
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None,
+        *,
+        channel: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Approval:
+        created = await self.ctx.service.submit(event, config, channel=channel, metadata=metadata)
+        return Approval.from_request(created)
+
+    async def get(self, request_id: str) -> Approval:
+        return Approval.from_request(await self.ctx.store.get(request_id))
+
+    async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
+        if timeout is not None and timeout <= 0:
+            raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
+        return Approval.from_request(await self.ctx.waiter.wait(request_id, timeout))
+
+    async def cancel(
+        self, request_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> Approval:
+        result = await self.ctx.service.cancel(
+            request_id, by=self.principal or "mcp client", reason=reason, via="mcp"
+        )
+        if result.status != "decided":
+            raise already_decided(result.request)
+        return Approval.from_request(result.request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _scope(request: web.Request) -> Scope:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": f"{request.version.major}.{request.version.minor}",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.split("?", 1)[0].encode(),
+        "root_path": "",
+        "query_string": request.query_string.encode(),
+        "headers": [(k.lower(), v) for k, v in request.raw_headers],
+        "client": (request.remote or "", 0),
+        "server": (request.host, None),
+    }
+
+
+async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
+    """Run `request` through the ASGI `app`; the streamed aiohttp response it produced."""
+    response: web.StreamResponse | None = None
+    body_done = False
+
+    async def receive() -> Message:
+        nonlocal body_done
+        if not body_done:
+            chunk, _ = await request.content.readchunk()
+            body_done = request.content.at_eof()
+            return {"type": "http.request", "body": chunk, "more_body": not body_done}
+        # Past the body, ASGI's next message is the disconnect: wait for it (aiohttp has no
+        # event for a client that went away while the handler runs, so look now and then).
+        while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+            await asyncio.sleep(DISCONNECT_POLL)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal response
+        if message["type"] == "http.response.start":
+            response = web.StreamResponse(status=message["status"])
+            for name, value in message.get("headers", ()):
+                response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+            if "Content-Length" not in response.headers:
+                response.enable_chunked_encoding()
+            await response.prepare(request)
+        elif message["type"] == "http.response.body":
+            if response is None:
+                raise RuntimeError("ASGI app sent a body before starting the response")
+            body = message.get("body", b"")
+            try:
+                if message.get("more_body", False):
+                    if body:
+                        await response.write(body)
+                else:
+                    await response.write_eof(body)
+            except ConnectionResetError as e:  # the client left: ASGI says OSError
+                raise OSError("client disconnected") from e
+
+    await app(_scope(request), receive, send)
+    if response is None:
+        if request.transport is None or request.transport.is_closing():
+            return web.Response(status=204)  # the client left; nobody reads this
+        raise RuntimeError("the MCP app answered nothing")
+    return response
+
+
+class McpEndpoint:
+    """`/mcp`: bearer auth, then the SDK's Streamable HTTP session manager."""
+
+    def __init__(
+        self,
+        ctx: BotContext,
+        authorize: Callable[[web.Request], Any],
+        wait: WaitOptions | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.authorize = authorize
+        options = ServerOptions(agent="mcp", wait=wait or WaitOptions())
+        self.approvals = ApprovalsServer(self.client_for, options)
+        self.manager = StreamableHTTPSessionManager(app=self.approvals.server)
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def client_for(self, call: ServerRequestContext[Any, Any]) -> ApprovalClient:
+        """The calling token's client; the token was checked before the call reached the SDK."""
+        return ApprovalClient(BotTransport(self.ctx, principal=None))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        if self._task is None or self._task.done():
+            raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
+        return await asgi_call(self.manager.handle_request, request)
+
+    async def start(self) -> None:
+        """Run the session manager in a task of its own (its task group must enter and exit
+        in one task, which aiohttp's startup/cleanup hooks do not guarantee)."""
+        started = asyncio.Event()
+
+        async def run() -> None:
+            async with self.manager.run():
+                started.set()
+                await self._stop.wait()
+
+        self._task = asyncio.create_task(run(), name="mcp-session-manager")
+        waiter = asyncio.create_task(started.wait())
+        await asyncio.wait({waiter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            waiter.cancel()
+            self._task.result()  # raises what stopped it
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 10)
+
+
+def add_routes(
+    app: web.Application, ctx: BotContext, authorize: Callable[[web.Request], Any]
+) -> McpEndpoint:
+    """Serve the approvals MCP server at `/mcp` on `app`, started and stopped with it."""
+    endpoint = McpEndpoint(ctx, authorize)
+    app.router.add_route("*", MCP_PATH, endpoint.handle)
+    app.router.add_route("*", MCP_PATH + "/", endpoint.handle)
+
+    async def on_startup(_: web.Application) -> None:
+        await endpoint.start()
+
+    async def on_cleanup(_: web.Application) -> None:
+        await endpoint.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return endpoint

@@ -1,0 +1,73 @@
+"""A small upstream MCP server for the proxy tests, written with the same SDK.
+
+Every tool call is appended to the JSON-lines file named by `UPSTREAM_LOG`, so a
+test can tell whether (and with what) the upstream was called. Run as
+`python -m tests.mcp.upstream_server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+server = MCPServer("files", instructions="A tiny file server for tests.")
+
+
+def record(tool: str, arguments: dict[str, Any]) -> None:
+    path = os.environ.get("UPSTREAM_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+
+
+@server.tool()
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    record("delete_file", {"path": path})
+    return f"deleted {path}"
+
+
+@server.tool()
+def read_file(path: str) -> str:
+    """Read a file."""
+    record("read_file", {"path": path})
+    return f"contents of {path}"
+
+
+@server.tool()
+async def slow_copy(seconds: float, ctx: Context) -> str:
+    """Copy slowly, reporting progress."""
+    record("slow_copy", {"seconds": seconds})
+    steps = max(1, int(seconds / 0.1))
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps, f"copied {i + 1}/{steps}")
+        await asyncio.sleep(0.1)
+    return "copied"
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process at once."""
+    record("crash", {})
+    os._exit(3)
+
+
+@server.resource("file://readme")
+def readme() -> str:
+    """The readme."""
+    return "hello from upstream"
+
+
+@server.prompt()
+def review(path: str) -> str:
+    """Ask for a review of a file."""
+    return f"Please review {path}"
+
+
+if __name__ == "__main__":
+    server.run("stdio")
