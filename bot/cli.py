@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("mcp-proxy", help="gate an upstream MCP server's tools: -- COMMAND [ARGS…]")
-    p.add_argument("--name", help="the upstream server's name in mcp__NAME__tool (default: COMMAND)")
+    p.add_argument("--name", help="the name in mcp__NAME__tool (default: from COMMAND)")
     p.add_argument("--route", help="the policy route to ask on")
     p.add_argument("--agent", default=None, help="the agent name reviewers see")
     p.add_argument("--upstream-url", help="a Streamable HTTP upstream instead of a command")

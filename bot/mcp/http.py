@@ -203,11 +203,16 @@ class McpEndpoint:
                 await asyncio.wait_for(self._task, 10)
 
 
+#: Where `add_routes` keeps the endpoint on the app (tests tune its wait options through it).
+MCP_ENDPOINT: web.AppKey[McpEndpoint] = web.AppKey("mcp_endpoint", McpEndpoint)
+
+
 def add_routes(
     app: web.Application, ctx: BotContext, authorize: Callable[[web.Request], Any]
 ) -> McpEndpoint:
     """Serve the approvals MCP server at `/mcp` on `app`, started and stopped with it."""
     endpoint = McpEndpoint(ctx, authorize)
+    app[MCP_ENDPOINT] = endpoint
     app.router.add_route("*", MCP_PATH, endpoint.handle)
     app.router.add_route("*", MCP_PATH + "/", endpoint.handle)
 

@@ -42,10 +42,10 @@ from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
-from approvals.integrations.coding_agents import decision_text
 from approvals.approval import Approval
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalError
+from approvals.integrations.coding_agents import decision_text
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
 from bot.mcp.waiting import WaitOptions, await_decision
@@ -85,12 +85,14 @@ class Upstream:
         return _NAME.sub("_", raw).strip("_") or "upstream"
 
     def client(self, message_handler: Any) -> Client:
-        """An (unentered) SDK client for the upstream, with no response caching."""
+        """An (unentered) SDK client for the upstream, with no response caching. It speaks the
+        handshake era (every server does): there the upstream's own notifications (list
+        changes, resource updates, log messages) arrive unasked, so they can be relayed."""
         if self.url:
-            return Client(self.url, message_handler=message_handler, cache=None)
+            return Client(self.url, message_handler=message_handler, cache=None, mode="legacy")
         env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV)}
         params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=env)
-        return Client(params, message_handler=message_handler, cache=None)
+        return Client(params, message_handler=message_handler, cache=None, mode="legacy")
 
 
 @dataclass(frozen=True)
@@ -193,17 +195,22 @@ class GatingProxy:
 
     def _marked(self, tool: types.Tool) -> types.Tool:
         note = self._note(tool.name)
+        if note is None:
+            return tool
         description = f"{tool.description}\n\n{note}" if tool.description else note
         return tool.model_copy(update={"description": description})
 
-    def _note(self, tool: str) -> str:
-        """What the policy says about calls to `tool` (argument-specific rules aside)."""
+    def _note(self, tool: str) -> str | None:
+        """What the policy says about calls to `tool` (argument-specific rules aside); None
+        when a rule allows them."""
         policy = _local_policy(self.approvals)
         if policy is None:  # the policy lives in the bot (HTTP transport)
             return MAYBE_NOTE
         event = ApprovalEvent(tool_name=tool_name(self.options.name, tool), arguments={})
         action = policy.evaluate(event, ApprovalConfig()).action
-        return {"allow": "", "deny": DENIED_NOTE}.get(action, GATED_NOTE) or MAYBE_NOTE
+        if action == "allow":
+            return None
+        return DENIED_NOTE if action == "deny" else GATED_NOTE
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams

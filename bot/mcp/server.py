@@ -33,10 +33,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals.integrations.coding_agents import decision_text, event_from_claude
 from approvals.approval import Approval
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalError
+from approvals.integrations.coding_agents import decision_text, event_from_claude
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
     MAX_TEXT,

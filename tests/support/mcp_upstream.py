@@ -2,7 +2,7 @@
 
 Every tool call is appended to the JSON-lines file named by `UPSTREAM_LOG`, so a
 test can tell whether (and with what) the upstream was called. Run as
-`python -m tests.mcp.upstream_server`.
+`python -m tests.support.mcp_upstream`.
 """
 
 from __future__ import annotations
@@ -44,10 +44,22 @@ async def slow_copy(seconds: float, ctx: Context) -> str:
     """Copy slowly, reporting progress."""
     record("slow_copy", {"seconds": seconds})
     steps = max(1, int(seconds / 0.1))
-    for i in range(steps):
-        await ctx.report_progress(i + 1, steps, f"copied {i + 1}/{steps}")
-        await asyncio.sleep(0.1)
+    try:
+        for i in range(steps):
+            await ctx.report_progress(i + 1, steps, f"copied {i + 1}/{steps}")
+            await asyncio.sleep(0.1)
+    except asyncio.CancelledError:
+        record("slow_copy cancelled", {"seconds": seconds})
+        raise
     return "copied"
+
+
+@server.tool()
+async def announce(ctx: Context) -> str:
+    """Tell the client the tool list changed."""
+    record("announce", {})
+    await ctx.request_context.session.send_tool_list_changed()
+    return "announced"
 
 
 @server.tool()

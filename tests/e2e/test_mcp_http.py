@@ -1,0 +1,119 @@
+"""The approvals MCP server at `/mcp` inside the real bot (aiohttp + bolt), driven by the real
+`mcp` client over Streamable HTTP; reviewers click in (emulated) Slack with signed payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from bot import ids
+from bot.app import Bot
+from bot.mcp.http import MCP_ENDPOINT
+from bot.mcp.server import ServerOptions
+from bot.mcp.waiting import WaitOptions
+from tests.support.e2e import BotFactory, posted_message
+from tests.support.mcp import ProgressLog, pending_for, settled
+from tests.support.slack_emulator import SlackEmulator
+
+
+def answer(result: Any) -> dict[str, Any]:
+    [content] = result.content
+    payload: dict[str, Any] = json.loads(content.text)
+    return payload
+
+
+@asynccontextmanager
+async def mcp_client(
+    bot: Bot, mode: str = "legacy", token: str = "test-token"
+) -> AsyncIterator[Client]:
+    url = f"http://127.0.0.1:{bot.port}/mcp"
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            yield client
+
+
+def fast_progress(bot: Bot) -> None:
+    assert bot.web is not None
+    bot.web[MCP_ENDPOINT].approvals.options = ServerOptions(wait=WaitOptions(progress_interval=0.1))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_permission_prompt_over_http_waits_for_a_signed_click(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, mode: str
+) -> None:
+    bot = await make_bot()
+    fast_progress(bot)
+    assert bot.ctx is not None
+    async with mcp_client(bot, mode) as client:
+        progress = ProgressLog()
+        call = asyncio.create_task(
+            client.call_tool(
+                "permission_prompt",
+                {
+                    "tool_name": "mcp__github__merge_pr",
+                    "input": {"pr": 42},
+                    "tool_use_id": "toolu_9",
+                },
+                progress_callback=progress,
+            )
+        )
+        request = await pending_for(bot.ctx.store, "mcp__github__merge_pr")
+        await slack.wait_for("chat.postMessage", 1, timeout=10)
+        await progress.wait_for(2)
+        channel, message = posted_message(slack, request.id)
+        assert await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE) == 200
+        result = await call
+    assert answer(result) == {"behavior": "allow", "updatedInput": {"pr": 42}}
+    decided = await bot.ctx.store.get(request.id)
+    assert decided.decision is not None and decided.decision.decided_by == "U0ALICE"
+
+
+async def test_a_cancelled_http_call_is_withdrawn_and_its_message_says_so(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    bot = await make_bot()
+    assert bot.ctx is not None
+    async with mcp_client(bot) as client:
+        call = asyncio.create_task(
+            client.call_tool("request_approval", {"action": "rotate_keys", "arguments": {}})
+        )
+        request = await pending_for(bot.ctx.store, "rotate_keys")
+        await slack.wait_for("chat.postMessage", 1, timeout=10)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        current = await settled(bot.ctx.store, request.id)
+        assert current.status == "cancelled"
+        await slack.wait_for("chat.update", 1, timeout=10)
+        _, message = posted_message(slack, request.id)
+        text = json.dumps(message)
+        assert "ancel" in text and ids.APPROVE not in text  # buttons gone, outcome shown
+
+
+async def test_mcp_needs_the_api_bearer_token(
+    make_bot: BotFactory, http: aiohttp.ClientSession
+) -> None:
+    bot = await make_bot(with_slack=False)
+    url = f"http://127.0.0.1:{bot.port}/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with http.post(url, json=body) as resp:
+        assert resp.status == 401
+        assert "Bearer" in resp.headers["WWW-Authenticate"]
+    async with http.post(url, json=body, headers={"Authorization": "Bearer nope"}) as resp:
+        assert resp.status == 403
+        assert (await resp.json())["error"]["code"] == "forbidden"
+    async with mcp_client(bot) as client:  # the right token works
+        assert len((await client.list_tools()).tools) == 3
+    assert bot.ctx is not None
+    bot.ctx.api_tokens = ()  # no token configured: closed, never open
+    async with http.post(url, json=body, headers={"Authorization": "Bearer test-token"}) as resp:
+        assert resp.status == 503

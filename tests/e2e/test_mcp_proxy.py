@@ -1,0 +1,210 @@
+"""`approval-bot mcp-proxy` end to end: the real `mcp` client talks to the proxy (a child
+process), which gates a small upstream MCP server written with the same SDK
+(`tests/support/mcp_upstream.py`, its own child process). The upstream appends every call it
+receives to a file, so each test sees exactly what reached it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from approvals.policy_file import build_policy
+from approvals.store.keys import Keys
+from bot.context import BotContext
+from tests.support import decide_next
+from tests.support.e2e import BotFactory
+from tests.support.mcp import ProgressLog, agent_env, approval_bot, eventually, pending_for, settled
+from tests.support.slack_emulator import SlackEmulator
+
+UPSTREAM = ("--", sys.executable, "-m", "tests.support.mcp_upstream")
+
+
+def calls(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def text(result: Any) -> str:
+    return "".join(c.text for c in result.content)
+
+
+def proxy(env: dict[str, str], *flags: str) -> Any:
+    return approval_bot(
+        "mcp-proxy", "--name", "files", "--progress-interval", "0.1", *flags, *UPSTREAM, env=env
+    )
+
+
+@pytest.fixture
+def upstream_log(tmp_path: Path) -> Path:
+    return tmp_path / "upstream-calls.jsonl"
+
+
+async def test_a_gated_session(
+    redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
+) -> None:
+    """One client session through the proxy: approve forwards once with the approved arguments
+    and returns the upstream's result; deny never calls the upstream; progress, resources,
+    prompts and notifications pass through; cancelling withdraws the request, or once
+    forwarded cancels the upstream call. (One session: each costs two process starts.)"""
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
+    received: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        received.append(message)
+
+    async with Client(proxy(env), mode="legacy", message_handler=on_message) as client:
+        assert client.server_info is not None and client.server_info.name == "files"
+
+        # approve → forwarded once, with the arguments the reviewer saw
+        progress = ProgressLog()
+        call = asyncio.create_task(
+            client.call_tool("delete_file", {"path": "/tmp/a"}, progress_callback=progress)
+        )
+        request = await pending_for(ctx.store, "mcp__files__delete_file")
+        assert request.event.arguments == {"path": "/tmp/a"}
+        assert request.event.agent == "mcp-proxy:files"
+        await progress.wait_for(2)  # waiting for the reviewer: progress goes out
+        assert calls(upstream_log) == []  # nothing reached the upstream before the decision
+        await decide_next(ctx.service, "mcp__files__delete_file")
+        result = await call
+        assert not result.is_error
+        assert text(result) == "deleted /tmp/a"  # the upstream's own result
+        assert calls(upstream_log) == [{"tool": "delete_file", "arguments": {"path": "/tmp/a"}}]
+
+        # deny → an isError result with the reason; the upstream is not called
+        call = asyncio.create_task(client.call_tool("delete_file", {"path": "/etc/passwd"}))
+        await decide_next(ctx.service, "mcp__files__delete_file", "deny", reason="not that one")
+        result = await call
+        assert result.is_error
+        assert text(result) == "Not called: Denied by <@U0REVIEWER>: not that one"
+        assert len(calls(upstream_log)) == 1
+
+        # resources and prompts as they are
+        read = await client.read_resource("file://readme")
+        assert read.contents[0].text == "hello from upstream"  # type: ignore[union-attr]
+        prompt = await client.get_prompt("review", {"path": "a.py"})
+        assert prompt.messages[0].content.text == "Please review a.py"  # type: ignore[union-attr]
+
+        # the upstream's progress follows the waiting progress, always increasing
+        progress = ProgressLog()
+        call = asyncio.create_task(
+            client.call_tool("slow_copy", {"seconds": 0.5}, progress_callback=progress)
+        )
+        await progress.wait_for(1)
+        await decide_next(ctx.service, "mcp__files__slow_copy")
+        assert text(await call) == "copied"
+        relayed = [m for _, _, m in progress.seen if m and m.startswith("copied")]
+        assert relayed == [f"copied {i}/5" for i in range(1, 6)]
+        values = [p for p, _, _ in progress.seen]
+        assert values == sorted(values) and len(set(values)) == len(values)
+
+        # the upstream's own notifications reach the client
+        call = asyncio.create_task(client.call_tool("announce", {}))
+        await decide_next(ctx.service, "mcp__files__announce")
+        assert text(await call) == "announced"
+        await eventually(
+            lambda: any(type(m).__name__ == "ToolListChangedNotification" for m in received)
+        )
+
+        # cancelled while waiting → the request is withdrawn
+        call = asyncio.create_task(client.call_tool("delete_file", {"path": "/x"}))
+        request = await pending_for(ctx.store, "mcp__files__delete_file")
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert (await settled(ctx.store, request.id)).status == "cancelled"
+
+        # cancelled once forwarded → the upstream call is cancelled
+        call = asyncio.create_task(client.call_tool("slow_copy", {"seconds": 30}))
+        await decide_next(ctx.service, "mcp__files__slow_copy")
+        forwarded = {"tool": "slow_copy", "arguments": {"seconds": 30}}
+        await eventually(lambda: calls(upstream_log)[-1] == forwarded)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await eventually(lambda: calls(upstream_log)[-1]["tool"] == "slow_copy cancelled")
+    assert [c["tool"] for c in calls(upstream_log)] == [
+        "delete_file",
+        "slow_copy",
+        "announce",
+        "slow_copy",
+        "slow_copy cancelled",
+    ]
+
+
+async def test_an_allow_rule_forwards_without_slack(
+    make_bot: BotFactory,
+    slack: SlackEmulator,
+    redis_url: str,
+    keys: Keys,
+    upstream_log: Path,
+    tmp_path: Path,
+) -> None:
+    """Through the real bot's HTTP API: the allow rule answers, nothing is posted to Slack,
+    and a deny rule keeps the upstream uncalled."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "rules:\n"
+        "  - name: reads\n    match: {tool: 'mcp__files__read_*'}\n    action: allow\n"
+        "  - name: no deletes\n    match: {tool: 'mcp__files__delete_*'}\n    action: deny\n"
+        "    reason: Deleting is off limits.\n"
+    )
+    bot = await make_bot(build_policy(policy_file, "C0APPROVALS", ()))
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN="test-token")
+    async with Client(proxy(env, "--mark-gated"), mode="legacy") as client:
+        async with asyncio.timeout(15):  # no reviewer here: both answer at once
+            read = await client.call_tool("read_file", {"path": "README"})
+            delete = await client.call_tool("delete_file", {"path": "README"})
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+    assert not read.is_error and text(read) == "contents of README"
+    assert delete.is_error
+    assert text(delete) == "Not called: Denied by policy:no deletes: Deleting is off limits."
+    assert calls(upstream_log) == [{"tool": "read_file", "arguments": {"path": "README"}}]
+    await asyncio.sleep(0.3)  # the dispatcher would have posted by now
+    assert slack.calls_to("chat.postMessage") == []
+    # Over HTTP the policy lives in the bot: the proxy marks every tool as maybe gated.
+    assert listed["read_file"] == "Read a file.\n\n[approval-bot: calls may need approval in Slack]"
+
+
+async def test_tools_list_marks_gated_tools_from_a_local_policy(
+    redis_url: str, keys: Keys, tmp_path: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "rules:\n"
+        "  - name: reads\n    match: {tool: 'mcp__files__read_*'}\n    action: allow\n"
+        "  - name: no crash\n    match: {tool: 'mcp__files__crash'}\n    action: deny\n"
+    )
+    env = agent_env(redis_url, keys, APPROVALS_POLICY_FILE=str(policy_file))
+    async with Client(proxy(env, "--mark-gated"), mode="legacy") as client:
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+    assert listed["read_file"] == "Read a file."
+    assert listed["delete_file"] == "Delete a file.\n\n[approval-bot: calls need approval in Slack]"
+    assert listed["crash"].endswith("[approval-bot: calls are denied by policy]")
+
+
+async def test_the_upstream_exiting_is_an_error_not_a_hang(
+    redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
+) -> None:
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
+    async with Client(proxy(env), mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("crash", {}))
+        await decide_next(ctx.service, "mcp__files__crash")
+        async with asyncio.timeout(10):
+            result = await call
+        assert result.is_error
+        assert "upstream MCP server 'files' exited" in text(result)
+        # Then the proxy exits (status 1), so the client sees the server gone too.
+        async with asyncio.timeout(10):
+            with pytest.raises(Exception):  # noqa: B017 - whatever the SDK raises for a closed server
+                await client.list_tools()

@@ -1,0 +1,193 @@
+"""`approval-bot mcp` end to end over stdio, driven by the real `mcp` client library: the
+server is a child process on this test's Redis prefix; reviewers decide through the real
+service (as a Slack click does)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from approvals.store.keys import Keys
+from bot.context import BotContext
+from tests.support import decide_next
+from tests.support.mcp import ProgressLog, agent_env, approval_bot, pending_for, settled
+
+#: Handshake era (what Claude Code and most clients speak today) and the 2026-07-28 era.
+MODES = ["legacy", "auto"]
+
+
+def answer(result: Any) -> dict[str, Any]:
+    [content] = result.content
+    payload: dict[str, Any] = json.loads(content.text)
+    return payload
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_permission_prompt_allows_denies_and_reports_progress(
+    redis_url: str, keys: Keys, ctx: BotContext, mode: str
+) -> None:
+    env = agent_env(redis_url, keys)
+    server = approval_bot("mcp", "--progress-interval", "0.1", env=env)
+    async with Client(server, mode=mode) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert tools == {"permission_prompt", "request_approval", "ask_human"}
+
+        progress = ProgressLog()
+        call = asyncio.create_task(
+            client.call_tool(
+                "permission_prompt",
+                {
+                    "tool_name": "Bash",
+                    "input": {"command": "make deploy"},
+                    "tool_use_id": "toolu_1",
+                },
+                progress_callback=progress,
+            )
+        )
+        request = await pending_for(ctx.store, "Bash")
+        await progress.wait_for(2)  # progress while the reviewer has not decided
+        values = [p for p, _, _ in progress.seen]
+        assert values == sorted(values) and len(set(values)) == len(values)
+        assert request.id in (progress.seen[0][2] or "")
+        assert request.event.kind == "command" and request.event.command == "make deploy"
+        assert request.event.call_id == "toolu_1"
+        await decide_next(ctx.service, "Bash")
+        result = await call
+        assert not result.is_error
+        assert answer(result) == {"behavior": "allow", "updatedInput": {"command": "make deploy"}}
+
+        call = asyncio.create_task(
+            client.call_tool(
+                "permission_prompt",
+                {"tool_name": "Write", "input": {"file_path": "/etc/hosts", "content": "x"}},
+            )
+        )
+        await decide_next(ctx.service, "Write", "deny", reason="not the hosts file")
+        denied = answer(await call)
+        assert denied["behavior"] == "deny"
+        assert "not the hosts file" in denied["message"]
+        assert set(denied) == {"behavior", "message"}
+
+
+async def test_permission_prompt_fails_closed(redis_url: str, keys: Keys, tmp_path: Path) -> None:
+    """Bad input and an unreachable store are denies Claude Code reads, never allows."""
+    env = agent_env(redis_url, keys)
+    async with Client(approval_bot("mcp", env=env), mode="legacy") as client:
+        for bad in (
+            {"tool_name": "Bash", "input": "rm -rf /"},
+            {"input": {"command": "ls"}},
+            {"tool_name": "", "input": {}},
+            {"tool_name": "x" * 500, "input": {}},
+        ):
+            result = await client.call_tool("permission_prompt", bad)
+            payload = answer(result)
+            assert payload["behavior"] == "deny", bad
+            assert "invalid" in payload["message"]
+    env = agent_env("redis://127.0.0.1:1/0", keys)  # nothing listens there
+    async with Client(approval_bot("mcp", env=env), mode="legacy") as client:
+        result = await client.call_tool(
+            "permission_prompt", {"tool_name": "Bash", "input": {"command": "ls"}}
+        )
+        payload = answer(result)
+        assert payload["behavior"] == "deny"
+        assert payload["message"].startswith("Approval service error")
+
+
+async def test_request_approval_of_each_kind_and_ask_human(
+    redis_url: str, keys: Keys, ctx: BotContext
+) -> None:
+    env = agent_env(redis_url, keys)
+    async with Client(approval_bot("mcp", "--agent", "ops-agent", env=env)) as client:
+
+        async def ask(arguments: dict[str, Any], tool: str = "request_approval") -> Any:
+            return asyncio.create_task(client.call_tool(tool, arguments))
+
+        call = await ask({"action": "deploy", "arguments": {"env": "prod"}, "sensitivity": "pii"})
+        request = await decide_next(ctx.service, "deploy")
+        assert request.event.agent == "ops-agent" and request.config.sensitivity == "pii"
+        approved = answer(await call)
+        assert approved["approved"] is True and approved["status"] == "approved"
+        assert approved["decided_by"] == "U0REVIEWER"
+
+        call = await ask({"action": "pick_color", "kind": "choice", "options": ["blue", "green"]})
+        await decide_next(ctx.service, "pick_color", selection="green")
+        assert answer(await call)["selection"] == "green"
+
+        call = await ask({"action": "release_notes", "kind": "input", "prompt": "Title?"})
+        request = await decide_next(ctx.service, "release_notes", input="v2 is out")
+        assert request.prompt == "Title?"
+        assert answer(await call)["input"] == "v2 is out"
+
+        call = await ask({"action": "drop_table", "arguments": {"table": "users"}})
+        await decide_next(ctx.service, "drop_table", "deny", reason="not on a Friday")
+        result = await call
+        denied = answer(result)
+        assert not result.is_error  # a denial is an answer, not a failure
+        assert denied["approved"] is False and denied["status"] == "denied"
+        assert denied["reason"] == "not on a Friday"
+
+        call = await ask({"question": "Which region?"}, tool="ask_human")
+        request = await decide_next(ctx.service, "ask_human", input="eu-west-1")
+        assert request.config.kind == "input" and request.prompt == "Which region?"
+        assert answer(await call) == {
+            "answered": True,
+            "answer": "eu-west-1",
+            "answered_by": "U0REVIEWER",
+        }
+
+        call = await ask({"question": "Ship it?", "options": ["yes", "later"]}, tool="ask_human")
+        await decide_next(ctx.service, "ask_human", selection="later")
+        assert answer(await call)["answer"] == "later"
+
+        bad = await client.call_tool("request_approval", {"action": "x", "kind": "choice"})
+        assert bad.is_error
+        assert answer(bad)["approved"] is False
+        assert "options" in answer(bad)["reason"]
+
+
+async def test_a_cancelled_call_withdraws_its_request(
+    redis_url: str, keys: Keys, ctx: BotContext
+) -> None:
+    env = agent_env(redis_url, keys)
+    async with Client(approval_bot("mcp", env=env), mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("request_approval", {"action": "rotate_keys"}))
+        request = await pending_for(ctx.store, "rotate_keys")
+        call.cancel()  # the SDK sends notifications/cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        current = await settled(ctx.store, request.id)
+        assert current.status == "cancelled"
+        assert current.decision is not None
+        assert "cancelled the call" in (current.decision.reason or "")
+        # The server is still serving after the cancel.
+        assert len((await client.list_tools()).tools) == 3
+
+
+async def test_policy_rules_answer_at_once(redis_url: str, keys: Keys, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "rules:\n"
+        "  - name: reads\n    match: {tool: 'read_*'}\n    action: allow\n"
+        "  - name: no drops\n    match: {tool: 'drop_*'}\n    action: deny\n"
+        "    reason: Dropping is never allowed.\n"
+    )
+    env = agent_env(redis_url, keys, APPROVALS_POLICY_FILE=str(policy))
+    async with Client(approval_bot("mcp", env=env), mode="legacy") as client:
+        async with asyncio.timeout(10):  # no reviewer in this test: both answer at once
+            allowed = answer(await client.call_tool("request_approval", {"action": "read_logs"}))
+            denied = answer(
+                await client.call_tool(
+                    "permission_prompt", {"tool_name": "drop_db", "input": {"name": "prod"}}
+                )
+            )
+    assert allowed["approved"] is True and allowed["decided_by"] == "policy:reads"
+    assert denied == {
+        "behavior": "deny",
+        "message": "Denied by policy:no drops: Dropping is never allowed.",
+    }
