@@ -28,6 +28,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from approvals.approval import Approval, already_decided
+from approvals.callbacks import Callback
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalTimeout
 from approvals.models import ApprovalConfig, ApprovalEvent
@@ -62,8 +63,11 @@ class BotTransport:
         *,
         channel: str | None,
         metadata: dict[str, Any] | None,
+        callback: Callback | None = None,
     ) -> Approval:
-        created = await self.ctx.service.submit(event, config, channel=channel, metadata=metadata)
+        created = await self.ctx.service.submit(
+            event, config, channel=channel, metadata=metadata, callback=callback
+        )
         return Approval.from_request(created)
 
     async def get(self, request_id: str) -> Approval:
