@@ -38,6 +38,7 @@ from approvals.errors import (
 )
 from approvals.integrations.coding_agents import (
     DEFAULT_HOOK_TIMEOUT,
+    ON_TIMEOUT,
     HookEvent,
     OnTimeout,
     answer_hook,
@@ -315,8 +316,8 @@ class ApprovalsAPI:
         started = loop.time()
         hook_timeout = _number(request, "timeout", DEFAULT_HOOK_TIMEOUT, 1.0, MAX_HOOK_TIMEOUT)
         on_timeout = request.query.get("on_timeout", "deny")
-        if on_timeout not in ("deny", "ask"):
-            message = "query parameter 'on_timeout' must be 'deny' or 'ask'"
+        if on_timeout not in ON_TIMEOUT:
+            message = "query parameter 'on_timeout' must be 'deny', 'ask' or 'defer'"
             raise APIError(
                 422,
                 "invalid_request",
@@ -339,8 +340,10 @@ class ApprovalsAPI:
             return web.json_response(output_for_failure(event, f"too large to review: {e.message}"))
         parse_hook_input(payload)  # a bad payload is a 422 before anything is stored
         metadata = hook_metadata(payload)
-        # The request's deadline is when the hook stops waiting, so reviewers see the real one.
-        config = ApprovalConfig(deadline_seconds=hook_timeout)
+        # The request's deadline is when the hook stops waiting, so reviewers see the real one;
+        # with defer the agent comes back for the answer later: the route's deadline.
+        deferring = on_timeout == "defer"
+        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=hook_timeout)
 
         async def submit(event: ApprovalEvent) -> ApprovalRequest:
             return await self.ctx.service.submit(event, config, metadata=metadata)
@@ -352,7 +355,7 @@ class ApprovalsAPI:
             return result.request
 
         budget = time_budget(hook_timeout) - (loop.time() - started)
-        mode: OnTimeout = "ask" if on_timeout == "ask" else "deny"
+        mode: OnTimeout = next(m for m in ON_TIMEOUT if m == on_timeout)
         output = await answer_hook(
             "claude-code",
             payload,

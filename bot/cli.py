@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="seconds to wait for a decision; must stay below the hook's timeout in the "
             "agent's settings (else the agent kills the hook and runs the call)",
         )
-        h.add_argument("--on-timeout", choices=("deny", "ask"), default="deny")
+        h.add_argument("--on-timeout", choices=("deny", "ask", "defer"), default="deny")
     add_setup_arguments(sub)
     webhook_commands.add_parser(sub)
     return parser

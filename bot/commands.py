@@ -301,7 +301,10 @@ async def cmd_hook(
     args: argparse.Namespace, client: ApprovalClient, payload: Any, out: TextIO
 ) -> int:
     metadata = hook_metadata(payload)
-    config = ApprovalConfig(deadline_seconds=args.timeout)  # reviewers see the real deadline
+    # Reviewers see the real deadline: the hook's, or with defer the route's (the agent comes
+    # back for the answer later).
+    deferring = args.on_timeout == "defer"
+    config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=args.timeout)
 
     async def submit(event: ApprovalEvent) -> ApprovalRequest:
         return (await client.submit(event, config, metadata=metadata)).to_request()

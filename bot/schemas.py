@@ -248,7 +248,11 @@ def openapi_document() -> dict[str, Any]:
                         "name": "on_timeout",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "enum": ["deny", "ask"], "default": "deny"},
+                        "schema": {
+                            "type": "string",
+                            "enum": ["deny", "ask", "defer"],
+                            "default": "deny",
+                        },
                     },
                 ],
                 "requestBody": {"required": True, "content": _json(ref[HookInput])},

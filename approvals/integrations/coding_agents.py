@@ -21,7 +21,12 @@ input or choice also travels in PreToolUse `additionalContext` (Claude's
 context) and in PermissionRequest `systemMessage` (shown to the user).
 When no decision comes in time the outcome is the configured `on_timeout`:
 `deny`, or `ask` — Claude Code PreToolUse answers "ask" (its own prompt);
-everywhere else `ask` is no output, which leaves the agent's normal flow.
+everywhere else `ask` is no output, which leaves the agent's normal flow —
+or `defer` (Claude Code PreToolUse in `claude -p`, v2.1.89+): the request stays
+pending in Slack, Claude Code stops with the call deferred, and the same hook
+answers the decision when the session is resumed (`claude -p --resume ID`;
+`tool_use_id` finds the same request). Where defer does not exist (Codex,
+PermissionRequest) it is a deny and the request is withdrawn.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ log = logging.getLogger(__name__)
 
 Dialect = Literal["claude-code", "codex"]
 HookEvent = Literal["PreToolUse", "PermissionRequest"]
-OnTimeout = Literal["deny", "ask"]
+OnTimeout = Literal["deny", "ask", "defer"]
+ON_TIMEOUT: tuple[OnTimeout, ...] = ("deny", "ask", "defer")
 
 DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
 #: Claude Code tools whose `tool_input` names the file they change.
@@ -212,7 +218,7 @@ class PreToolUseOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hookEventName: Literal["PreToolUse"] = "PreToolUse"  # the agents' wire names
-    permissionDecision: Literal["allow", "deny", "ask"]
+    permissionDecision: Literal["allow", "deny", "ask", "defer"]
     permissionDecisionReason: str
     additionalContext: str | None = None
 
@@ -241,7 +247,7 @@ class HookOutput(BaseModel):
 
 
 def pre_tool_use_output(
-    decision: Literal["allow", "deny", "ask"], reason: str, *, context: str | None = None
+    decision: Literal["allow", "deny", "ask", "defer"], reason: str, *, context: str | None = None
 ) -> dict[str, Any]:
     out = HookOutput(
         hookSpecificOutput=PreToolUseOutput(
@@ -330,6 +336,11 @@ def output_for_timeout(
     """The hook output when no decision came within `timeout` seconds."""
     ref = f" (request {request_id})" if request_id else ""
     timeout = round(timeout, 1)
+    if on_timeout == "defer" and defers(dialect, event) and request_id:
+        return pre_tool_use_output(
+            "defer",
+            f"Waiting for a reviewer in Slack{ref}; resume this session once they decide.",
+        )
     if on_timeout == "ask":
         if dialect == "claude-code" and event == "PreToolUse":
             return pre_tool_use_output(
@@ -340,6 +351,11 @@ def output_for_timeout(
     if event == "PreToolUse":
         return pre_tool_use_output("deny", reason)
     return permission_request_output("deny", reason)
+
+
+def defers(dialect: Dialect, event: HookEvent) -> bool:
+    """Whether the agent can take `defer`: only Claude Code's PreToolUse has it."""
+    return dialect == "claude-code" and event == "PreToolUse"
 
 
 def output_for_failure(event: HookEvent, message: str) -> dict[str, Any]:
@@ -403,8 +419,8 @@ async def answer_hook(
     message says so — and if a decision won the race, that decision is used."""
     if dialect not in DIALECTS:
         raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
-    if on_timeout not in ("deny", "ask"):
-        raise InvalidRequest(f"on_timeout must be 'deny' or 'ask', not {on_timeout!r}")
+    if on_timeout not in ON_TIMEOUT:
+        raise InvalidRequest(f"on_timeout must be 'deny', 'ask' or 'defer', not {on_timeout!r}")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     # Withdrawing a request nobody decided has to fit in the budget too.
@@ -423,7 +439,8 @@ async def answer_hook(
                         raise ApprovalTimeout(f"no time left to wait for {request.id}")
                     request = await wait(request.id, remaining)
         except (TimeoutError, ApprovalTimeout):
-            if request is not None and request.is_pending:
+            keep = on_timeout == "defer" and defers(dialect, hook_event)  # stays in Slack
+            if request is not None and request.is_pending and not keep:
                 request = await _withdraw(dialect, request, cancel, on_timeout, timeout, deadline)
             if request is None or request.status in ("pending", "cancelled"):
                 request_id = request.id if request is not None else None
@@ -454,7 +471,7 @@ async def _withdraw(
     request as it stands afterwards."""
     if cancel is None:
         return request
-    then = "the call was denied" if on_timeout == "deny" else f"{dialect} asked its user instead"
+    then = "the call was denied" if on_timeout != "ask" else f"{dialect} asked its user instead"
     try:
         async with asyncio.timeout_at(deadline):
             return await cancel(request.id, f"no decision within {round(waited, 1):g} s; {then}")

@@ -307,6 +307,28 @@ TIMEOUT_TABLE = [
     ),
     ("codex", "PreToolUse", "ask", None),
     ("codex", "PermissionRequest", "ask", None),
+    (
+        "claude-code",
+        "PreToolUse",
+        "defer",
+        pre(
+            "defer",
+            "Waiting for a reviewer in Slack (request r1); resume this session once they decide.",
+        ),
+    ),
+    # Defer exists only for Claude Code's PreToolUse: elsewhere it is a deny.
+    (
+        "claude-code",
+        "PermissionRequest",
+        "defer",
+        perm("deny", "No approval decision within 5 s (request r1); denied by default."),
+    ),
+    (
+        "codex",
+        "PreToolUse",
+        "defer",
+        pre("deny", "No approval decision within 5 s (request r1); denied by default."),
+    ),
 ]
 
 
@@ -395,6 +417,68 @@ async def test_run_hook_timeout_cancels_and_answers_in_time(ctx: BotContext) -> 
     assert request.status == "cancelled"
     assert request.decision is not None
     assert request.decision.reason == "no decision within 0.3 s; claude-code asked its user instead"
+
+
+async def test_defer_keeps_the_request_and_the_resumed_hook_gets_the_decision(
+    ctx: BotContext,
+) -> None:
+    """`claude -p` with a deferring hook: the first run answers defer and leaves the request
+    pending in Slack; after the reviewer decides, the resumed session's hook (same
+    tool_use_id) gets the decision at once."""
+    cancelled: list[str] = []
+
+    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+        cancelled.append(request_id)
+        return (await ctx.service.cancel(request_id, by="hook", reason=reason)).request
+
+    payload = claude("Bash", {"command": "make deploy"})
+    first = await answer_hook(
+        "claude-code",
+        payload,
+        ctx.service.submit,
+        ctx.waiter.wait,
+        timeout=0.2,
+        on_timeout="defer",
+        cancel=cancel,
+    )
+    (pending,) = await ctx.store.list_pending()
+    assert first == pre(
+        "defer",
+        f"Waiting for a reviewer in Slack (request {pending.id}); "
+        "resume this session once they decide.",
+    )
+    assert cancelled == []
+    await ctx.service.decide(pending.id, "approve", Actor("U5"))
+    resumed = await answer_hook(
+        "claude-code",
+        payload,
+        ctx.service.submit,
+        ctx.waiter.wait,
+        timeout=0.2,
+        on_timeout="defer",
+        cancel=cancel,
+    )
+    assert resumed == pre("allow", "Approved by <@U5>")
+    created = [e for e in await ctx.store.audit_entries() if e.event == "created"]
+    assert [e.request_id for e in created] == [pending.id]  # one request, asked once
+
+
+async def test_defer_where_the_agent_cannot_defer_denies_and_withdraws(ctx: BotContext) -> None:
+    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+        return (await ctx.service.cancel(request_id, by="hook", reason=reason)).request
+
+    out = await answer_hook(
+        "codex",
+        claude("Bash", {"command": "ls"}),
+        ctx.service.submit,
+        ctx.waiter.wait,
+        timeout=0.2,
+        on_timeout="defer",
+        cancel=cancel,
+    )
+    assert out is not None
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert await ctx.store.list_pending() == []  # withdrawn: nobody approves a call gone by
 
 
 async def test_a_decision_that_wins_the_race_with_the_cancel_is_used(ctx: BotContext) -> None:
