@@ -132,6 +132,13 @@ def _common(report: Report, refs: list[HookRef], agent_name: str, default_matche
                 "warning",
                 f"{ref.file}: {ref.event}: on timeout {what} (--on-timeout deny blocks instead)",
             )
+        if ref.on_timeout == "defer":
+            report.add(
+                "warning",
+                f"{ref.file}: {ref.event}: on timeout the hook defers, which only headless "
+                "`claude -p` honours; an interactive session (or a turn with several tool calls) "
+                "ignores it and goes on with its normal permission flow",
+            )
         matcher = ref.matcher or ""
         try:
             covers_bash = matcher in ("", "*") or re.fullmatch(matcher, "Bash") is not None

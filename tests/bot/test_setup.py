@@ -345,6 +345,15 @@ CLAUDE_FINDINGS = [
         "warning",
         "asks its user instead",
     ),
+    (
+        {
+            "type": "command",
+            "command": "approval-bot hook claude-code --timeout 50 --on-timeout defer",
+            "timeout": 60,
+        },
+        "warning",
+        "only headless `claude -p` honours",
+    ),
 ]
 
 
