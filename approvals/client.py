@@ -18,7 +18,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,11 +26,15 @@ from approvals.approval import Approval
 from approvals.callbacks import Callback, as_callback
 from approvals.errors import AlreadyDecided, ApprovalError, ApprovalTimeout, InvalidRequest
 from approvals.hooks import TIMEOUT_REASON
-from approvals.models import ApprovalConfig, ApprovalEvent, Decision, EventKind, normalize_config
+from approvals.models import (
+    ApprovalConfig,
+    ApprovalEvent,
+    Decision,
+    EventKind,
+    GateRequest,
+    normalize_config,
+)
 from approvals.transports import ThreadedTransport, Transport, transport_factory
-
-if TYPE_CHECKING:
-    from approvals.gate import GateRequest
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +172,21 @@ class ApprovalClient:
             log.warning("could not withdraw request id=%s error=%r", request_id, e)
         return None
 
+    async def wait_or_withdraw(
+        self,
+        request_id: str,
+        timeout: float | None,  # noqa: ASYNC109
+        *,
+        withdraw: bool = True,
+    ) -> Approval | None:
+        """Wait for the decision; when `timeout` passes first, withdraw the request (unless
+        `withdraw` is false) and return a decision that raced in, else None (timed out)."""
+        try:
+            return await self.wait(request_id, timeout)
+        except ApprovalTimeout:
+            raced = await self.withdraw(request_id) if withdraw else None
+            return raced if raced is not None and not raced.is_pending else None
+
     def wait_budget(self, approval: Approval) -> float | None:
         """How long a gate waits: `default_timeout`, else until the deadline (plus a grace)."""
         if self.default_timeout is not None:
@@ -183,13 +202,10 @@ class ApprovalClient:
             request.tool_name, request.arguments, config=request.config, call_id=request.call_id
         )
         if approval.is_pending:
-            try:
-                approval = await self.wait(approval.id, self.wait_budget(approval))
-            except ApprovalTimeout:
-                raced = await self.withdraw(approval.id)
-                if raced is None or raced.is_pending:
-                    return Decision.deny(TIMEOUT_REASON, by="timeout", via="timeout")
-                approval = raced
+            decided = await self.wait_or_withdraw(approval.id, self.wait_budget(approval))
+            if decided is None:
+                return Decision.deny(TIMEOUT_REASON, by="timeout", via="timeout")
+            approval = decided
         return approval.to_decision() or Decision.error(f"{approval.id} has no decision")
 
 

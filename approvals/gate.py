@@ -32,6 +32,7 @@ from approvals.models import (
     ApprovalConfig,
     ApprovalEvent,
     Decision,
+    GateRequest,
     check_event_size,
     default_prompt,
     normalize_config,
@@ -100,23 +101,6 @@ class ApprovalFailed:
 
 
 Rejection = Denied | ApprovalFailed
-
-
-@dataclass(frozen=True)
-class GateRequest:
-    """What a handler reviews: the tool, its config, its canonical arguments and the prompt."""
-
-    tool_name: str
-    config: ApprovalConfig
-    arguments: dict[str, Any]
-    call_id: str
-    prompt: str
-
-    def event(self) -> ApprovalEvent:
-        """This call as the `ApprovalEvent` a hook reviews."""
-        return ApprovalEvent(
-            kind="tool", tool_name=self.tool_name, arguments=self.arguments, call_id=self.call_id
-        )
 
 
 DecisionHandler = Callable[[GateRequest], Decision | Awaitable[Decision]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -281,3 +282,20 @@ def check_event_size(event: ApprovalEvent) -> int:
             f"request is {size} bytes; the limit is {MAX_EVENT_BYTES} bytes (256 KiB)"
         )
     return size
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    """What a handler reviews: the tool, its config, its canonical arguments and the prompt."""
+
+    tool_name: str
+    config: ApprovalConfig
+    arguments: dict[str, Any]
+    call_id: str
+    prompt: str
+
+    def event(self) -> ApprovalEvent:
+        """This call as the `ApprovalEvent` a hook reviews."""
+        return ApprovalEvent(
+            kind="tool", tool_name=self.tool_name, arguments=self.arguments, call_id=self.call_id
+        )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -255,8 +254,8 @@ class TimeoutAction(BaseModel):
 class Policy(BaseModel):
     """Routes, rules, sensitivity routes and defaults.
 
-    Build one with `load_policy` / `parse_policy` (`approvals.policy_file`) or
-    `Policy.default`: they also check that every route named exists, which
+    Build one with `load_policy`, `parse_policy` or `default_policy` (`approvals.policy_file`):
+    they also check that every route named exists, which
     `evaluate` relies on.
     """
 
@@ -269,15 +268,6 @@ class Policy(BaseModel):
     defaults: PolicyDefaults = Field(default_factory=PolicyDefaults)
     #: Where decision callbacks may go (`approvals/callbacks.py`); none by default.
     callbacks: CallbackPolicy = Field(default_factory=CallbackPolicy)
-
-    @classmethod
-    def default(cls, channel: str, reviewers: Sequence[str] = ()) -> Policy:
-        """The policy when no file is configured: ask everything on one default route."""
-        from approvals.policy_file import parse_policy  # policy_file imports this module
-
-        return parse_policy(
-            {}, source="default policy", default_channel=channel, default_reviewers=reviewers
-        )
 
     def deadline_for(self, route: Route) -> float | None:
         """The route's deadline, else the policy default (None: no policy deadline)."""

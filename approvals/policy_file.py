@@ -283,4 +283,11 @@ def build_policy(
     channel = default_channel or UNROUTED_CHANNEL
     if policy_file:
         return load_policy(policy_file, default_channel=channel, default_reviewers=reviewers)
-    return Policy.default(channel, reviewers)
+    return default_policy(channel, reviewers)
+
+
+def default_policy(channel: str, reviewers: Sequence[str] = ()) -> Policy:
+    """The policy when no file is configured: ask everything on one default route."""
+    return parse_policy(
+        {}, source="default policy", default_channel=channel, default_reviewers=reviewers
+    )

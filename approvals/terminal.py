@@ -10,12 +10,8 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from approvals.models import MAX_TEXT, Decision
-
-if TYPE_CHECKING:
-    from approvals.gate import GateRequest
+from approvals.models import MAX_TEXT, Decision, GateRequest
 
 NO_HANDLER_MESSAGE = (
     "no approval handler configured: pass handler= to require_approval or set "

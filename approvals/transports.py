@@ -408,14 +408,18 @@ class ThreadedTransport:
             self._loop.close()
 
 
-def transport_factory(env: Mapping[str, str] | None = None) -> Callable[[], Transport]:
-    """A factory for the transport the environment names; see `ApprovalClient.from_env`."""
-    source: Mapping[str, str] = os.environ if env is None else env
+TransportFactory = Callable[[], Transport]
 
-    def get(name: str) -> str | None:
-        return (source.get(name) or "").strip() or None
 
-    url, token = get("APPROVALS_URL"), get("APPROVALS_TOKEN")
+def choose_transport(
+    url: str | None,
+    token: str | None,
+    redis_setup: Callable[[], TransportFactory] | None,
+) -> TransportFactory:
+    """The one rule for choosing a transport (`ApprovalClient.from_env`, the CLI): a bot URL,
+    with its token, → that bot's HTTP API; else Redis directly when `redis_setup` is given
+    (called only then, at once, it checks its configuration and returns the factory);
+    neither → `ApprovalError` naming both."""
     if url:
         if not url.startswith(("http://", "https://")):
             raise InvalidRequest("APPROVALS_URL must be an http(s) URL such as http://bot:3000")
@@ -425,8 +429,22 @@ def transport_factory(env: Mapping[str, str] | None = None) -> Callable[[], Tran
                 "APPROVALS_API_TOKENS)"
             )
         return lambda: HttpTransport(url, token)
-    redis_url = get("REDIS_URL")
-    if redis_url:
+    if redis_setup is not None:
+        return redis_setup()
+    raise ApprovalError(
+        "no approval backend configured: set APPROVALS_URL (with APPROVALS_TOKEN) to use a "
+        "running bot's HTTP API, or REDIS_URL (with APPROVALS_PREFIX) to use its Redis directly"
+    )
+
+
+def transport_factory(env: Mapping[str, str] | None = None) -> TransportFactory:
+    """A factory for the transport the environment names; see `ApprovalClient.from_env`."""
+    source: Mapping[str, str] = os.environ if env is None else env
+
+    def get(name: str) -> str | None:
+        return (source.get(name) or "").strip() or None
+
+    def redis_setup(redis_url: str) -> TransportFactory:
         prefix = get("APPROVALS_PREFIX") or "approvals"
         reviewers = tuple(
             r.strip() for r in (get("APPROVALS_REVIEWERS") or "").split(",") if r.strip()
@@ -435,9 +453,12 @@ def transport_factory(env: Mapping[str, str] | None = None) -> Callable[[], Tran
             get("APPROVALS_POLICY_FILE"), get("APPROVALS_DEFAULT_CHANNEL"), reviewers
         )
         return lambda: RedisTransport.from_url(redis_url, prefix=prefix, policy=policy)
-    raise ApprovalError(
-        "no approval backend configured: set APPROVALS_URL (with APPROVALS_TOKEN) to use a "
-        "running bot's HTTP API, or REDIS_URL (with APPROVALS_PREFIX) to use its Redis directly"
+
+    redis_url = get("REDIS_URL")
+    return choose_transport(
+        get("APPROVALS_URL"),
+        get("APPROVALS_TOKEN"),
+        (lambda: redis_setup(redis_url)) if redis_url else None,
     )
 
 
@@ -446,6 +467,8 @@ __all__ = [
     "RedisTransport",
     "ThreadedTransport",
     "Transport",
+    "TransportFactory",
+    "choose_transport",
     "error_from_response",
     "request_body",
     "transport_factory",

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +28,7 @@ from approvals.client import ApprovalClient
 from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
+    InvalidRequest,
     NotAllowed,
     NotFound,
     StoreUnavailable,
@@ -38,7 +38,7 @@ from approvals.policy_file import PolicyError, build_policy
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
-from approvals.transports import HttpTransport, RedisTransport
+from approvals.transports import RedisTransport, TransportFactory, choose_transport
 from bot import embedded_redis, webhook_commands
 from bot.commands import (
     CliError,
@@ -51,41 +51,18 @@ from bot.commands import (
     policy_for,
     process_started,
 )
+from bot.durations import duration, positive_duration
 from bot.settings import Settings, SettingsError, load_settings
 from bot.setup import add_arguments as add_setup_arguments
 from bot.setup import run_setup
+from bot.setup_check import run_check
 
 log = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _REDIS_NEEDED = "pending, show, approve, deny and audit need direct access to the bot's Redis"
 
 
 # -- arguments -------------------------------------------------------------------------------
-
-
-def duration(text: str) -> float:
-    """`90`, `30s`, `15m`, `2h`, `1d` → seconds (not negative)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        found = _DURATION.fullmatch(text.strip())
-        if not found:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a duration such as 30, 30s, 15m, 2h"
-            ) from None
-        seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    if not 0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 30, 30s, 15m, 2h")
-    return seconds
-
-
-def positive_duration(text: str) -> float:
-    seconds = duration(text)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
-    return seconds
 
 
 def since(text: str) -> datetime:
@@ -231,17 +208,22 @@ async def open_store(settings: Settings) -> ApprovalStore:
 
 
 def open_client(settings: Settings) -> ApprovalClient:
-    if settings.approvals_url:
-        if settings.approvals_token is None:
-            raise CliError("APPROVALS_TOKEN is required with APPROVALS_URL")
-        token = settings.approvals_token.get_secret_value()
-        return ApprovalClient(HttpTransport(settings.approvals_url, token))
-    transport = RedisTransport(
-        connect(redis_url(settings), client_name="approval-bot-cli"),
-        Keys(settings.approvals_prefix),
-        policy=policy_for(settings),
-    )
-    return ApprovalClient(transport)
+    """The bot's HTTP API when APPROVALS_URL is set, else its Redis (`choose_transport`)."""
+
+    def redis_setup() -> TransportFactory:
+        policy = policy_for(settings)
+        return lambda: RedisTransport(
+            connect(redis_url(settings), client_name="approval-bot-cli"),
+            Keys(settings.approvals_prefix),
+            policy=policy,
+        )
+
+    token = settings.approvals_token.get_secret_value() if settings.approvals_token else None
+    try:
+        factory = choose_transport(settings.approvals_url, token, redis_setup)
+    except InvalidRequest as e:
+        raise CliError(e.message) from e
+    return ApprovalClient(factory())
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -344,6 +326,8 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
         return serve(settings)
     if args.command == "policy":
         return check_policy(args.file, settings, sys.stdout)
+    if args.command == "setup" and args.check:
+        return run_check(args, sys.stdout, codex_home=settings.codex_home_or_default)
     if args.command == "setup":
         return run_setup(
             args,

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from bot.durations import duration
+
 Agent = Literal["claude-code", "codex"]
 Scope = Literal["project", "local", "user"]
 HookType = Literal["command", "http"]
@@ -143,8 +145,6 @@ def _number(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        from bot.cli import duration  # the flag's own parser: 90, 30s, 15m
-
         return duration(text)
     except Exception:
         return None
@@ -510,13 +510,6 @@ def run_setup(
     project = Path(args.project).resolve()
     home = Path.home()
     codex_home = Path(args.codex_home) if getattr(args, "codex_home", None) else codex_home
-    if args.check:
-        from bot.setup_check import check
-
-        codex = getattr(args, "codex", None)
-        report = check(agent, project=project, home=home, codex_home=codex_home, codex=codex)
-        print(report.render(), file=out)
-        return 0 if report.ok else 1
     try:
         spec = HookSpec(
             agent=agent,

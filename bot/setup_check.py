@@ -20,13 +20,14 @@ rule itself lives in `bot.setup`.
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from bot.setup import (
     AGENT_DEFAULT_TIMEOUT,
@@ -365,3 +366,15 @@ def check(
     if agent == "claude-code":
         return check_claude_code(project, home)
     return check_codex(project, codex_home, codex)
+
+
+def run_check(args: argparse.Namespace, out: TextIO, *, codex_home: Path) -> int:
+    """`approval-bot setup --check`: print the findings; exit 0 when the gate is on, else 1."""
+    project = Path(args.project).resolve()
+    codex_home = Path(args.codex_home) if getattr(args, "codex_home", None) else codex_home
+    codex = getattr(args, "codex", None)
+    report = check(
+        args.agent, project=project, home=Path.home(), codex_home=codex_home, codex=codex
+    )
+    print(report.render(), file=out)
+    return 0 if report.ok else 1

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from approvals.policy import Policy
+from approvals.policy_file import default_policy
 from approvals.service import ApprovalService
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
@@ -97,7 +97,7 @@ def anyio_backend() -> str:
 @pytest.fixture
 async def ctx(redis: Redis, keys: Keys, store: ApprovalStore) -> AsyncIterator[BotContext]:
     """A BotContext on real Redis with the default policy (no Slack client)."""
-    service = ApprovalService(store, Policy.default("C0APPROVALS"))
+    service = ApprovalService(store, default_policy("C0APPROVALS"))
     waiter = Waiter(redis, keys, store=store)
     await waiter.start()
     context = BotContext(

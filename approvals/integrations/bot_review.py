@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from approvals.client import Approval, ApprovalClient, SyncApprovalClient
-from approvals.errors import ApprovalError, ApprovalTimeout
+from approvals.errors import ApprovalError
 from approvals.hooks import (
     TIMEOUT_REASON,
     Allow,
@@ -147,13 +147,12 @@ class SlackApprovalHook(Hook):
         request_id = str(ref)
         limit = timeout if timeout is not None else self.timeout
         try:
-            approval = await self.client.wait(request_id, limit)
-        except ApprovalTimeout:
-            raced = await self.client.withdraw(request_id) if self.cancel_on_timeout else None
-            if raced is None or raced.is_pending:
-                return AwaitResult.timed_out()
-            approval = raced
+            approval = await self.client.wait_or_withdraw(
+                request_id, limit, withdraw=self.cancel_on_timeout
+            )
         except ApprovalError as e:
             log.warning("await failed id=%s error=%s", request_id, e.message)
             return AwaitResult.failed(e.message)
+        if approval is None:
+            return AwaitResult.timed_out()
         return AwaitResult.decided(verdict_for(approval))

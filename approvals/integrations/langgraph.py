@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from approvals.client import Approval, ApprovalClient
-from approvals.errors import ApprovalTimeout, InvalidRequest
+from approvals.errors import InvalidRequest
 from approvals.hooks import TIMEOUT_REASON
 from approvals.models import ApprovalConfig, normalize_config
 
@@ -144,13 +144,10 @@ async def _answer(
         metadata={"source": "langgraph"},
     )
     if approval.is_pending:
-        try:
-            approval = await client.wait(approval.id, timeout)
-        except ApprovalTimeout:
-            raced = await client.withdraw(approval.id)
-            if raced is None or raced.is_pending:
-                return answer_for(None)
-            approval = raced
+        decided = await client.wait_or_withdraw(approval.id, timeout)
+        if decided is None:
+            return answer_for(None)
+        approval = decided
     log.info("interrupt answered id=%s status=%s", approval.id, approval.status)
     return answer_for(approval)
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from approvals.client import Approval, ApprovalClient
-from approvals.errors import ApprovalTimeout
 from approvals.hooks import TIMEOUT_REASON
 from approvals.models import ApprovalConfig
 
@@ -85,11 +84,7 @@ async def _review(
     )
     if not approval.is_pending:
         return approval
-    try:
-        return await client.wait(approval.id, timeout)
-    except ApprovalTimeout:
-        raced = await client.withdraw(approval.id)
-        return raced if raced is not None and not raced.is_pending else None
+    return await client.wait_or_withdraw(approval.id, timeout)
 
 
 async def resolve_interruptions(

@@ -12,7 +12,7 @@ import yaml
 from approvals.errors import InvalidRequest
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
-from approvals.policy_file import PolicyError, load_policy, parse_policy
+from approvals.policy_file import PolicyError, default_policy, load_policy, parse_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "policy.example.yaml"
 
@@ -605,14 +605,14 @@ def test_default_route_from_start_up_defaults(tmp_path: Path) -> None:
 
 
 def test_policy_default() -> None:
-    policy = Policy.default("C0APPROVALS", ["U0ANN"])
+    policy = default_policy("C0APPROVALS", ["U0ANN"])
     decision = policy.evaluate(event("anything"))
     assert (decision.action, decision.route_name, decision.quorum) == ("ask", "default", 1)
     assert decision.route is not None
     assert (decision.route.channel, decision.route.reviewers) == ("C0APPROVALS", ["U0ANN"])
-    assert Policy.default("C0APPROVALS").routes["default"].reviewers == []
+    assert default_policy("C0APPROVALS").routes["default"].reviewers == []
     with pytest.raises(PolicyError, match=r"^default policy: routes.default .*reviewers\[0\]"):
-        Policy.default("C0APPROVALS", ["alice"])
+        default_policy("C0APPROVALS", ["alice"])
 
 
 def test_example_file_loads_and_says_what_it_claims() -> None:

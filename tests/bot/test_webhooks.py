@@ -19,7 +19,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from approvals.callbacks import Callback
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
 from approvals.policy import Policy
-from approvals.policy_file import parse_policy
+from approvals.policy_file import default_policy, parse_policy
 from approvals.store.webhooks import DEFAULT_PRINCIPAL, Deliveries, Delivery, WebhookSecrets
 from bot.app import build_web_app
 from bot.context import BotContext
@@ -482,7 +482,7 @@ async def test_api_takes_a_callback_and_refuses_a_host_not_allowed(
         await approve(ctx, await ctx.store.get(created["id"]))
         (got,) = await receiver.wait_for(1)
         assert json.loads(got.body)["data"]["id"] == created["id"]
-    ctx.service.policy = Policy.default("C0APPROVALS")  # no allowed hosts: callbacks are off
+    ctx.service.policy = default_policy("C0APPROVALS")  # no allowed hosts: callbacks are off
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(
             f"{api_url}/v1/approvals",
