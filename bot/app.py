@@ -63,6 +63,8 @@ class BotConfig:
     dispatcher: DispatcherOptions = field(default_factory=DispatcherOptions)
     sweep_interval: float = 1.0
     webhooks: WebhookOptions = field(default_factory=WebhookOptions)
+    #: Seconds a Slack Web API call may take before the client gives up on it.
+    slack_timeout: float = 30.0
 
     @property
     def slack_enabled(self) -> bool:
@@ -103,12 +105,14 @@ class Bot:
         slack = None
         if cfg.slack_enabled:
             # One shared session: without it slack_sdk opens a connection per call.
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=cfg.slack_timeout)
+            )
             slack = MaskingWebClient(
                 token=cfg.slack_bot_token,
                 base_url=cfg.slack_api_url,
                 session=self._http,
-                timeout=30,
+                timeout=int(max(1, cfg.slack_timeout)),
             )
         directory = Directory(slack, redis, keys)
         service = ApprovalService(store, self.policy, membership=directory.members)
@@ -243,6 +247,8 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             "# TYPE approvals_waiters gauge",
             f"approvals_waiters {ctx.waiter.waiting}",
         ]
+        for name, value in sorted(ctx.gauges.items()):
+            lines += [f"# TYPE approvals_{name} gauge", f"approvals_{name} {value:g}"]
         for name, value in sorted(ctx.metrics.items()):
             lines += [f"# TYPE approvals_{name} counter", f"approvals_{name} {value:g}"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")

@@ -31,6 +31,11 @@ class BotContext:
     #: Largest request body the HTTP API reads, in bytes.
     max_body_bytes: int = 512 * 1024
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Values that go up and down (e.g. `slack_owed`), shown as gauges in /metrics.
+    gauges: dict[str, float] = field(default_factory=dict)
 
     def count(self, name: str, n: float = 1) -> None:
         self.metrics[name] = self.metrics.get(name, 0) + n
+
+    def gauge(self, name: str, value: float) -> None:
+        self.gauges[name] = value

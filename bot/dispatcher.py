@@ -1,12 +1,22 @@
 """The outbox dispatcher: posts and updates Slack messages, paced per channel, never dropping.
 
-Reads `Keys.outbox` in the `bot` consumer group (any replica may take an
-entry; a dead replica's entries are claimed after `claim_idle_ms`). Each
-channel gets its own worker, so one slow or rate-limited channel does not hold
-up the others. HTTP 429 waits `Retry-After` and tries again; 5xx and
-connection errors back off and try again; a permanent Slack error on a post
-resolves the request as an `error`, so no agent waits on a message that will
-never come. An entry is acked only once it is handled.
+Reads `Keys.outbox` in the `bot` consumer group, at most `max_in_flight`
+entries in memory at a time. Each channel gets its own worker, so one slow or
+rate-limited channel does not hold up the others. HTTP 429 waits `Retry-After`
+and tries again; a permanent Slack error on a post resolves the request as an
+`error`, so no agent waits on a message that will never come. An entry is
+acked only once it is handled: one whose handling failed (Slack down, Redis
+blip) stays owed in this consumer's pending list and is taken again after a
+backoff, until it is delivered or its request has ended (the sweeper ends it at
+its deadline). Owed entries show in /metrics (`approvals_slack_owed`) and logs.
+
+Each replica heartbeats (`Keys.replica`); every `reap_interval` it takes the
+entries of consumers whose heartbeat has expired (approvals/store/outbox.py).
+
+A post is counted before it is made and recorded after (approvals/store/posting.py);
+an attempt that follows one whose outcome nobody saw first looks for that copy
+in the channel's history and adopts it (bot/copies.py). A decision drawn on a
+request draws on every copy it has.
 """
 
 from __future__ import annotations
@@ -18,27 +28,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
-
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
 from approvals.slack_ids import is_user, is_user_group
 from approvals.store.outbox import Outbox, OutboxEntry
-from bot import blocks
+from approvals.store.posting import Posting
+from bot import blocks, copies
 from bot.context import BotContext
+from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
 
-#: Slack errors (with HTTP 200) that a later attempt can get past: retried with backoff.
-#: Every other `ok:false` error (channel_not_found, not_in_channel, invalid_auth, …) is
-#: permanent: a post that fails with one ends its request as an `error`.
-TRANSIENT_ERRORS = frozenset(
-    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
-)
-
-
-#: While one replica posts a request, others leave it alone this long.
+#: While one replica posts a request, others leave it alone this long (a replica that is
+#: gone — no heartbeat — loses it at once).
 POST_LOCK_SECONDS = 300
 
 
@@ -49,43 +51,19 @@ class DispatcherOptions:
     #: Posts allowed back to back before pacing starts (Slack tolerates short bursts).
     burst: int = 3
     pacing: bool = True
-    claim_idle_ms: int = 30_000
     read_block_ms: int = 1000
-    max_attempts: int = 8
+    #: Outbox entries held in memory at once (read, queued or being handled).
+    max_in_flight: int = 100
+    #: Quick retries of an idempotent call (chat.update, …) before the entry is left owed.
+    max_attempts: int = 4
+    #: Backoff of quick retries and of owed entries: base * 2^n, at most backoff_max.
     backoff_base: float = 0.5
     backoff_max: float = 30.0
-
-
-class _ChannelPace:
-    """A token bucket per channel: `burst` tokens, one back every `interval` seconds."""
-
-    def __init__(self, interval: float, burst: int) -> None:
-        self.interval = interval
-        self.burst = burst
-        self.tokens = float(burst)
-        self.updated = time.monotonic()
-        self.blocked_until = 0.0
-
-    async def acquire(self) -> None:
-        while True:
-            now = time.monotonic()
-            if now < self.blocked_until:
-                await asyncio.sleep(self.blocked_until - now)
-                continue
-            self.tokens = min(
-                self.burst, self.tokens + max(0.0, now - self.updated) / self.interval
-            )
-            self.updated = max(now, self.updated)
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) * self.interval)
-
-    def block_for(self, seconds: float) -> None:
-        """Slack said 429: nothing until `Retry-After` has passed, then one post, no burst."""
-        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
-        self.tokens = 1
-        self.updated = self.blocked_until
+    #: Heartbeat refresh, and how long it lasts: a replica silent this long is gone.
+    heartbeat_interval: float = 1.0
+    heartbeat_ttl: float = 5.0
+    #: How often gone replicas' entries are looked for (gone within ttl + this).
+    reap_interval: float = 2.0
 
 
 class Dispatcher:
@@ -97,55 +75,118 @@ class Dispatcher:
         if ctx.slack is None:
             raise ValueError("the dispatcher needs a Slack client")
         self.ctx = ctx
-        self.slack = ctx.slack
         self.options = options or DispatcherOptions()
         self.outbox = Outbox(ctx.redis, ctx.keys, consumer)
+        self.posting = Posting(ctx.redis, ctx.keys)
+        o = self.options
+        self.slack = SlackCaller(
+            ctx,
+            post_interval=o.post_interval,
+            burst=o.burst,
+            pacing=o.pacing,
+            max_attempts=o.max_attempts,
+            backoff_base=o.backoff_base,
+            backoff_max=o.backoff_max,
+        )
         self._queues: dict[str, asyncio.Queue[OutboxEntry]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._paces: dict[str, _ChannelPace] = {}
         self._in_flight: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._owed_check = 0.0  # monotonic time of the next look at owed entries
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
     async def start(self) -> None:
         await self.outbox.ensure_group()
-        self._task = asyncio.create_task(self._run(), name=f"dispatcher-{self.outbox.consumer}")
+        await self.outbox.heartbeat(int(self.options.heartbeat_ttl * 1000))
+        name = self.outbox.consumer
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"dispatcher-{name}"),
+            asyncio.create_task(self._keep_alive(), name=f"heartbeat-{name}"),
+        ]
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [t for t in [self._task, *self._workers.values()] if t is not None]
+        tasks = [*self._tasks, *self._workers.values()]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self._task = None
+        self._tasks = []
         self._workers.clear()
+        # Entries still unacked stay in this consumer's pending list; without a heartbeat,
+        # another replica takes them at its next reap.
+        with contextlib.suppress(Exception):
+            await self.outbox.leave()
 
-    # -- reading ---------------------------------------------------------------------
+    # -- liveness ----------------------------------------------------------------------
+
+    async def _keep_alive(self) -> None:
+        o = self.options
+        next_reap = 0.0
+        while True:
+            try:
+                await self.outbox.heartbeat(int(o.heartbeat_ttl * 1000))
+                if time.monotonic() >= next_reap:
+                    next_reap = time.monotonic() + o.reap_interval
+                    if await self.outbox.reap(int(o.heartbeat_ttl * 1000)):
+                        self._owed_check = 0.0  # look at what was taken now
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("heartbeat failed consumer=%s error=%r", self.outbox.consumer, e)
+            await asyncio.sleep(o.heartbeat_interval)
+
+    # -- reading -----------------------------------------------------------------------
 
     async def _run(self) -> None:
-        last_claim = 0.0
         while not self._stopping:
             try:
-                entries: list[OutboxEntry] = []
-                if time.monotonic() - last_claim > max(1.0, self.options.claim_idle_ms / 3000):
-                    last_claim = time.monotonic()
-                    stale = await self.outbox.claim_stale(self.options.claim_idle_ms)
-                    entries.extend(e for e in stale if e.entry_id not in self._in_flight)
-                entries.extend(await self.outbox.read(block_ms=self.options.read_block_ms))
-                if entries:
-                    await self._route(entries)
+                room = self.options.max_in_flight - len(self._in_flight)
+                if room <= 0:
+                    self._room.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._room.wait(), 1.0)
+                    continue
+                if time.monotonic() >= self._owed_check:
+                    entries = await self._due(room)
+                    if entries:
+                        self._route(entries)
+                        continue
+                wait = max(0.0, self._owed_check - time.monotonic())
+                block_ms = max(1, min(self.options.read_block_ms, int(wait * 1000) or 1))
+                self._route(await self.outbox.read(count=room, block_ms=block_ms))
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 log.warning("dispatcher read failed error=%r", e)
                 await asyncio.sleep(1.0)
 
-    async def _route(self, entries: list[OutboxEntry]) -> None:
+    async def _due(self, room: int) -> list[OutboxEntry]:
+        """Owed entries of this consumer whose backoff has passed (at most `room`)."""
+        o = self.options
+        owed = [e for e in await self.outbox.owed() if e.entry_id not in self._in_flight]
+        self.ctx.gauge("slack_owed", len(owed))
+        due, next_check = [], time.monotonic() + 30.0  # leftovers are looked at twice a minute
+        for entry in owed:
+            backoff = min(o.backoff_max, o.backoff_base * 2 ** (entry.deliveries - 1))
+            left = backoff - entry.idle_ms / 1000
+            if left <= 0:
+                due.append(entry.entry_id)
+            else:
+                next_check = min(next_check, time.monotonic() + left)
+        if len(due) > room:
+            due, next_check = due[:room], time.monotonic()
+        self._owed_check = next_check
+        return await self.outbox.take_again(due)
+
+    def _route(self, entries: list[OutboxEntry]) -> None:
         # Each entry names its channel. Posts and updates of one channel have separate
         # workers: an update (buttons gone) never waits behind paced posts.
         for entry in entries:
+            if entry.entry_id in self._in_flight:
+                continue
             channel = entry.fields.get("channel") or "-"
             kind = "post" if entry.op == "post" else "update"
             self._in_flight.add(entry.entry_id)
@@ -167,26 +208,29 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except _Busy:
-                log.info(
-                    "another replica is posting id=%s; leaving entry=%s for later",
-                    entry.request_id,
-                    entry.entry_id,
-                )
-            except Exception:
-                # Left unacked: claimed again after claim_idle_ms. Nothing is dropped.
-                log.exception(
-                    "dispatch failed entry=%s op=%s id=%s",
+                # The replica holding the post lock is alive and holds an entry of its own
+                # for this post: this one is not needed.
+                log.info("another replica is posting id=%s", entry.request_id)
+                await self.outbox.ack(entry.entry_id)
+            except Exception as e:
+                # Not acked: owed, taken again after a backoff (see _due). Nothing is dropped.
+                self.ctx.count("slack_owed_retries")
+                self._owed_check = min(self._owed_check, time.monotonic() + 0.1)
+                log.warning(
+                    "outbox entry owed, will retry entry=%s op=%s id=%s error=%s",
                     entry.entry_id,
                     entry.op,
                     entry.request_id,
+                    e if isinstance(e, Unsure) else repr(e),
                 )
             finally:
                 self._in_flight.discard(entry.entry_id)
+                self._room.set()
 
     # -- handling ----------------------------------------------------------------------
 
     async def _handle(self, entry: OutboxEntry) -> None:
-        # Re-read: the state may have moved on since the entry was routed.
+        # Re-read: the state may have moved on since the entry was written.
         found = await self.ctx.store.get_many([entry.request_id])
         request = found.get(entry.request_id)
         if request is None:
@@ -208,60 +252,159 @@ class Dispatcher:
         if request.message is not None:
             log.info("already posted id=%s ts=%s", request.id, request.message.ts)
             return
-        if not request.channel or request.channel == UNROUTED_CHANNEL:
+        channel = request.channel
+        if not channel or channel == UNROUTED_CHANNEL:
             await self._fail(
                 request,
                 "no Slack channel for this request: set "
                 "APPROVALS_DEFAULT_CHANNEL or give the policy route a channel",
             )
             return
-        message = blocks.request_message(request)
-        # One lock per route the request is posted on: an escalation posts it again.
-        lock = self.ctx.keys.lock(f"post:{request.id}:{request.escalations}")
-        if not await self.ctx.redis.set(lock, self.outbox.consumer, nx=True, ex=POST_LOCK_SECONDS):
-            raise _Busy()
+        rounds = request.escalations
+        begin = await self._begin(request, channel)
+        if begin is None:
+            return
+        if begin.earlier_at is not None:
+            # An earlier attempt may have posted without anyone seeing the answer: adopt
+            # its message rather than post a second one.
+            found = await self._find(channel, request.id, rounds, begin.earlier_at)
+            if found:
+                log.warning(
+                    "adopting a message posted by an earlier attempt id=%s ts=%s copies=%d",
+                    request.id,
+                    found[0].ts,
+                    len(found),
+                )
+                self.ctx.count("slack_posts_adopted")
+                for copy in found:
+                    await self._recorded(request, copy, posted=False)
+                return
+        body = blocks.request_message(request) | {"metadata": copies.metadata(request)}
         try:
-            response = await self._call(
-                request.channel, "chat_postMessage", channel=request.channel, paced=True, **message
+            response = await self.slack.call(
+                channel, "chat_postMessage", channel=channel, paced=True, once=True, **body
             )
-        except _Permanent as e:
+        except Permanent as e:
+            await self.posting.release(request.id, rounds)
             await self._fail(request, f"Slack refused the message: {e.error}")
             return
-        except BaseException:
-            await self.ctx.redis.delete(lock)  # let another attempt post it
-            raise
+        # On Unsure (and any other failure) the post lock stays: ours until we retry the
+        # entry, or until a replica finds us gone and looks for the copy before posting.
         posted = SlackMessage(channel=str(response["channel"]), ts=str(response["ts"]))
-        await self.ctx.store.set_message(request.id, posted)
         self.ctx.count("slack_posts")
         log.info("posted id=%s channel=%s ts=%s", request.id, posted.channel, posted.ts)
-        # A decision that landed while we were posting found no message to update: do it now.
-        after = await self.ctx.store.get(request.id)
-        if not after.is_pending:
-            await self._update(after)
-        else:
-            await self._dm_reviewers(after)
+        await self._recorded(request, posted, posted=True)
+
+    async def _begin(self, request: ApprovalRequest, channel: str) -> Any:
+        """Take the post lock and count this attempt; None when there is nothing to post.
+        Raises _Busy when a live replica is posting it."""
+        kwargs: dict[str, Any] = {
+            "holder": self.outbox.holder,
+            "lock_seconds": POST_LOCK_SECONDS,
+            "now": time.time(),
+        }
+        begin = await self.posting.begin(request.id, request.escalations, channel, **kwargs)
+        if begin.state == "busy":
+            if await self.outbox.holder_alive(begin.holder):
+                raise _Busy()
+            log.warning(
+                "taking over a post from a gone replica id=%s from=%s", request.id, begin.holder
+            )
+            begin = await self.posting.begin(
+                request.id, request.escalations, channel, gone_holder=begin.holder, **kwargs
+            )
+            if begin.state == "busy":
+                raise _Busy()
+        if begin.state != "go":
+            log.info("nothing to post id=%s (%s)", request.id, begin.state)
+            return None
+        return begin
+
+    async def _find(
+        self, channel: str, request_id: str, rounds: int | None, since: float
+    ) -> list[SlackMessage]:
+        """Earlier copies in the channel's history; none (with a warning) if the history
+        cannot be read at all (a missing scope): then a duplicate is possible, and recorded."""
+        try:
+            return await copies.find(
+                self._history_call,
+                channel,
+                request_id,
+                rounds,
+                since=since,
+                bot_id=await self.slack.bot_id(),
+            )
+        except Permanent as e:
+            log.warning(
+                "cannot read channel history to look for an earlier copy (%s) channel=%s: "
+                "add the channels:history and groups:history scopes and reinstall the app",
+                e.error,
+                channel,
+            )
+            return []
+
+    async def _history_call(self, method: str, **kwargs: Any) -> Any:
+        return await self.slack.call(kwargs["channel"], method, **kwargs)
+
+    async def _recorded(
+        self, request: ApprovalRequest, message: SlackMessage, *, posted: bool
+    ) -> None:
+        kind, status = await self.posting.record(request.id, request.escalations, message)
+        if kind == "gone":
+            return
+        if kind == "copy":
+            log.warning("a second copy of a request message id=%s ts=%s", request.id, message.ts)
+        if status != "pending":
+            # A decision landed while we were posting: it found no message to update.
+            await self._update(await self.ctx.store.get(request.id))
+        elif kind == "message" and posted:
+            await self._dm_reviewers(request.model_copy(update={"message": message}))
 
     async def _update(self, request: ApprovalRequest) -> None:
         if request.message is None:
             return
-        # The outcome is drawn once, whichever path gets here first (the decision's own
-        # outbox entry, or a post that found the request decided as it landed).
+        targets = [request.message]
+        if not request.is_pending:
+            targets += await self._other_copies(request)
+        failed: Exception | None = None
+        unique = {(t.channel, t.ts): t for t in targets}.values()
+        for target in unique:
+            try:
+                await self._draw(request, target)
+            except Exception as e:  # draw the others; the entry stays owed for this one
+                failed = e
+        if failed is not None:
+            raise failed
+
+    async def _other_copies(self, request: ApprovalRequest) -> list[SlackMessage]:
+        """Every other copy of a decided request's message: recorded ones, and any in history
+        after an attempt whose outcome nobody saw."""
+        recorded, attempts = await self.posting.history(request.id)
+        found = list(recorded)
+        for attempt in attempts:
+            if attempt.count > 1:
+                more = await self._find(attempt.channel, request.id, None, attempt.first_at)
+                for message in more:
+                    if message not in found and message != request.message:
+                        await self.posting.record(request.id, attempt.escalations, message)
+                        found.append(message)
+        return found
+
+    async def _draw(self, request: ApprovalRequest, target: SlackMessage) -> None:
+        # The outcome is drawn once per message, whichever path gets here first (the
+        # decision's own outbox entry, or a post that found the request decided as it landed).
         lock = None
         if not request.is_pending:
-            lock = self.ctx.keys.lock(f"drawn:{request.id}:{request.message.ts}")
+            lock = self.ctx.keys.lock(f"drawn:{request.id}:{target.ts}")
             if not await self.ctx.redis.set(lock, request.status, nx=True, ex=POST_LOCK_SECONDS):
                 return
-        message = blocks.message_for(request)
+        message = blocks.message_for(request) | {"metadata": copies.metadata(request)}
         try:
-            await self._call(
-                request.message.channel,
-                "chat_update",
-                channel=request.message.channel,
-                ts=request.message.ts,
-                **message,
+            await self.slack.call(
+                target.channel, "chat_update", channel=target.channel, ts=target.ts, **message
             )
             self.ctx.count("slack_updates")
-        except _Permanent as e:
+        except Permanent as e:
             log.warning("could not update message id=%s error=%s", request.id, e.error)
         except BaseException:
             if lock is not None:
@@ -275,8 +418,10 @@ class Dispatcher:
         old = SlackMessage.model_validate_json(raw)
         note = blocks.escalated_note(request, entry.fields.get("to") or "")
         try:
-            await self._call(old.channel, "chat_update", channel=old.channel, ts=old.ts, **note)
-        except _Permanent as e:
+            await self.slack.call(
+                old.channel, "chat_update", channel=old.channel, ts=old.ts, **note
+            )
+        except Permanent as e:
             log.warning("could not mark escalation id=%s error=%s", request.id, e.error)
 
     async def _dm_reviewers(self, request: ApprovalRequest) -> None:
@@ -293,78 +438,22 @@ class Dispatcher:
             users += sorted(await membership(group)) if membership else []
         for user in dict.fromkeys(users):  # each reviewer once, in order
             try:
-                opened = await self._call(user, "conversations_open", users=user)
+                opened = await self.slack.call(user, "conversations_open", users=user)
                 dm = opened["channel"]["id"]
-                await self._call(
+                await self.slack.call(
                     dm,
                     "chat_postMessage",
                     channel=dm,
                     paced=True,
                     text=f"Your review is needed in {link}. {summary}",
                 )
-            except _Permanent as e:
-                log.warning("could not DM reviewer user=%s error=%s", user, e.error)
+            except (Permanent, Unsure) as e:
+                log.warning("could not DM reviewer user=%s error=%s", user, e)
 
     async def _fail(self, request: ApprovalRequest, reason: str) -> None:
         result = await self.ctx.store.resolve(request.id, Decision.error(reason, by="slack"))
         log.error("request failed id=%s reason=%s won=%s", request.id, reason, result.won)
 
-    # -- Slack calls with pacing and retries ----------------------------------------------
-
-    def _pace(self, channel: str) -> _ChannelPace:
-        pace = self._paces.get(channel)
-        if pace is None:
-            pace = self._paces[channel] = _ChannelPace(
-                self.options.post_interval, self.options.burst
-            )
-        return pace
-
-    async def _call(
-        self, pace_key: str, method: str, /, *, paced: bool = False, **kwargs: Any
-    ) -> Any:
-        pace = self._pace(pace_key)
-        attempt = 0
-        while True:
-            if paced and self.options.pacing:
-                await pace.acquire()
-            elif time.monotonic() < pace.blocked_until:
-                await asyncio.sleep(pace.blocked_until - time.monotonic())
-            try:
-                return await getattr(self.slack, method)(**kwargs)
-            except SlackApiError as e:
-                status = e.response.status_code
-                error = str(e.response.get("error", "")) if e.response else ""
-                if status == 429:
-                    retry_after = float(e.response.headers.get("Retry-After", "1") or 1)
-                    log.warning(
-                        "slack rate limited method=%s channel=%s retry_after=%s",
-                        method,
-                        pace_key,
-                        retry_after,
-                    )
-                    self.ctx.count("slack_rate_limited")
-                    pace.block_for(retry_after)
-                    continue
-                if status < 500 and error and error not in TRANSIENT_ERRORS:
-                    raise _Permanent(error) from e
-                reason = f"http {status} {error}".strip()
-            except (OSError, TimeoutError, aiohttp.ClientError) as e:
-                reason = repr(e)
-            attempt += 1
-            if attempt >= self.options.max_attempts:
-                raise RuntimeError(f"slack {method} failed {attempt} times: {reason}")
-            delay = min(self.options.backoff_max, self.options.backoff_base * 2 ** (attempt - 1))
-            log.warning(
-                "slack call failed method=%s reason=%s retry_in=%.1fs", method, reason, delay
-            )
-            await asyncio.sleep(delay)
-
 
 class _Busy(Exception):
-    """Another replica holds the post lock for this request."""
-
-
-class _Permanent(Exception):
-    def __init__(self, error: str) -> None:
-        super().__init__(error)
-        self.error = error
+    """A live replica holds the post lock for this request."""

@@ -95,6 +95,11 @@ class Keys:
         """Hash: a principal's webhook signing secret (current, previous, previous_until)."""
         return f"{self.prefix}:whsecret:{quote(principal, safe='')}"
 
+    def replica(self, consumer: str) -> str:
+        """String: a live replica's heartbeat (its run token), expiring a few seconds after
+        the replica stops refreshing it (approvals/store/outbox.py)."""
+        return f"{self.prefix}:replica:{consumer}"
+
     def pattern(self) -> str:
         """Glob matching every key under this prefix (tests, cleanup)."""
         return f"{self.prefix}:*"

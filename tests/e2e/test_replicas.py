@@ -67,7 +67,12 @@ async def test_replica_dying_after_reading_outbox_is_covered_by_another(
     # A live replica claims the idle entry and posts it exactly once.
     live = await make_bot(
         dispatcher=DispatcherOptions(
-            pacing=False, claim_idle_ms=300, read_block_ms=100, backoff_base=0.05
+            pacing=False,
+            read_block_ms=100,
+            backoff_base=0.05,
+            heartbeat_interval=0.1,
+            heartbeat_ttl=0.3,
+            reap_interval=0.1,
         )
     )
     assert live.ctx is not None
@@ -92,7 +97,6 @@ async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(
             pacing=True,
             post_interval=interval,
             burst=3,
-            claim_idle_ms=30_000,
             read_block_ms=100,
             backoff_base=0.05,
         )
@@ -170,18 +174,19 @@ async def test_decision_landing_as_the_post_is_recorded_updates_the_message_once
     make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
 ) -> None:
     bot = await make_bot()
-    assert bot.ctx is not None
+    assert bot.ctx is not None and bot.dispatcher is not None
     ctx = bot.ctx
-    record = ctx.store.set_message
+    posting = bot.dispatcher.posting
+    record = posting.record
 
-    async def record_then_decide(request_id: str, message: Any) -> bool:
-        written = await record(request_id, message)
+    async def record_then_decide(request_id: str, escalations: int, message: Any) -> Any:
+        written = await record(request_id, escalations, message)
         # A decision arrives right after the ts is recorded, before the dispatcher re-reads.
         await ctx.service.decide(request_id, "approve", Actor("cli:ops", via="cli"))
         await asyncio.sleep(0.3)  # the decision's own update entry is handled meanwhile
         return written
 
-    monkeypatch.setattr(ctx.store, "set_message", record_then_decide)
+    monkeypatch.setattr(posting, "record", record_then_decide)
     rid = await submit(bot)
     req = await ctx.waiter.wait(rid, timeout=15)
     assert req.status == "approved"

@@ -38,7 +38,7 @@ async def slack() -> AsyncIterator[SlackEmulator]:
 def bot_config(redis_url: str, keys: Keys, slack: SlackEmulator | None, **kw: Any) -> BotConfig:
     options = kw.pop(
         "dispatcher",
-        DispatcherOptions(pacing=False, claim_idle_ms=2000, read_block_ms=200, backoff_base=0.05),
+        DispatcherOptions(pacing=False, read_block_ms=200, backoff_base=0.05, backoff_max=1.0),
     )
     return BotConfig(
         redis_url=redis_url,

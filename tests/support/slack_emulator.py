@@ -51,7 +51,7 @@ class Posted:
 
 @dataclass
 class _Fault:
-    kind: str  # "error" | "ratelimit" | "server"
+    kind: str  # "error" | "ratelimit" | "server" | "late" (do the work, answer after value s)
     value: Any
     times: int
 
@@ -81,6 +81,7 @@ class SlackEmulator:
         users: Mapping[str, Mapping[str, Any]] | None = None,
         usergroups: Mapping[str, Iterable[str]] | None = None,
         latency: float = 0.0,
+        scopes: Iterable[str] | None = None,
         host: str = "127.0.0.1",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -98,6 +99,9 @@ class SlackEmulator:
         self.usergroups = {g: list(u) for g, u in (usergroups or {}).items()}
         self.latency = latency
         self.latency_by_method: dict[str, float] = {}
+        #: The bot token's scopes; None grants all. Methods that need one they lack answer
+        #: `missing_scope` (only conversations.history checks, per channel type).
+        self.scopes: set[str] | None = None if scopes is None else set(scopes)
         self.host = host
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -158,6 +162,10 @@ class SlackEmulator:
     def reset(self) -> None:
         """Forget calls, responses, messages, views, faults, rate limits; users/channels stay."""
         self.calls: list[Call] = []
+        #: (method, body, time.monotonic()) of every request as it arrived, before any
+        #: latency: a call here and not yet in `calls` is in flight.
+        self.arrivals: list[tuple[str, dict[str, Any], float]] = []
+        self._outage: int | None = None
         self._by_method: dict[str, list[Call]] = {}
         self.responses: list[Posted] = []
         self.socket_acks: list[dict[str, Any]] = []
@@ -199,6 +207,22 @@ class SlackEmulator:
 
     def server_error_next(self, method: str, status: int = 500, times: int = 1) -> None:
         self._faults.setdefault(method, deque()).append(_Fault("server", status, times))
+
+    def answer_late_next(self, method: str, seconds: float, times: int = 1) -> None:
+        """Do the work at once, then answer only after `seconds` (a client that gave up by
+        then never learns that its call succeeded)."""
+        self._faults.setdefault(method, deque()).append(_Fault("late", seconds, times))
+
+    def start_outage(self, status: int = 503) -> None:
+        """Every Web API call answers HTTP `status` (an HTML page) until `end_outage`."""
+        self._outage = status
+
+    def end_outage(self) -> None:
+        self._outage = None
+
+    def arrived(self, method: str) -> int:
+        """How many `method` requests have arrived (answered or still in flight)."""
+        return sum(1 for m, _, _ in self.arrivals if m == method)
 
     def enforce_rate(self, per_channel_per_second: float = 1.0, burst: int = 1) -> None:
         """Token bucket per channel for chat.postMessage; over the limit → 429 + Retry-After."""
@@ -271,49 +295,62 @@ class SlackEmulator:
         arrived = time.monotonic()
         method = request.match_info["method"]
         body = await _read_body(request)
+        self.arrivals.append((method, body, arrived))
+        self._notify()
         delay = self.latency_by_method.get(method, self.latency)
         if delay > 0:
-            await asyncio.sleep(delay)
-        status, payload, headers = self._dispatch(method, body, request.headers)
+            await asyncio.sleep(delay)  # slow: the work is done after the delay
+        late = 0.0
+        if self._outage is not None:
+            status, payload, headers = self._outage, None, {}
+        else:
+            status, payload, headers, late = self._dispatch(method, body, request.headers)
         snapshot = CIMultiDictProxy(CIMultiDict(request.headers))
         call = Call(method, body, snapshot, arrived, status, payload)
         self.calls.append(call)
         self._by_method.setdefault(method, []).append(call)
         self._notify()
+        if late > 0:
+            await asyncio.sleep(late)  # done already; the answer comes late
         if payload is None:
             return web.Response(status=status, text=SERVER_ERROR_PAGE, content_type="text/html")
         return web.json_response(payload, status=status, headers=headers)
 
     def _dispatch(
         self, method: str, body: dict[str, Any], headers: Mapping[str, str]
-    ) -> tuple[int, dict[str, Any] | None, dict[str, str]]:
+    ) -> tuple[int, dict[str, Any] | None, dict[str, str], float]:
+        """(status, JSON body or None for an HTML error page, headers, seconds to hold the
+        answer back after the work is done)."""
         handler = self._methods().get(method)
         if handler is None:
-            return 200, {"ok": False, "error": "unknown_method"}, {}
+            return 200, {"ok": False, "error": "unknown_method"}, {}, 0.0
         auth = headers.get("Authorization", "")
         token = auth[7:].strip() if auth.startswith("Bearer ") else body.get("token")
         if not token:
-            return 200, {"ok": False, "error": "not_authed"}, {}
+            return 200, {"ok": False, "error": "not_authed"}, {}, 0.0
         if token not in (self.token, self.app_token):
-            return 200, {"ok": False, "error": "invalid_auth"}, {}
+            return 200, {"ok": False, "error": "invalid_auth"}, {}, 0.0
         if (token == self.app_token) != (method == "apps.connections.open"):
-            return 200, {"ok": False, "error": "not_allowed_token_type"}, {}
+            return 200, {"ok": False, "error": "not_allowed_token_type"}, {}, 0.0
         fault = self._take_fault(method)
+        late = float(fault.value) if fault is not None and fault.kind == "late" else 0.0
         if fault is not None and fault.kind == "server":
-            return int(fault.value), None, {}
+            return int(fault.value), None, {}, 0.0
         if fault is not None and fault.kind == "ratelimit":
-            return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(fault.value)}
-        if fault is not None:
-            return 200, {"ok": False, "error": str(fault.value)}, {}
+            limited = {"ok": False, "error": "ratelimited"}
+            return 429, limited, {"Retry-After": str(fault.value)}, 0.0
+        if fault is not None and fault.kind == "error":
+            return 200, {"ok": False, "error": str(fault.value)}, {}, 0.0
         if method == "chat.postMessage" and self._rate is not None:
             wait = self._take_token(str(body.get("channel", "")))
             if wait > 0:
                 retry_after = str(max(1, math.ceil(wait)))
-                return 429, {"ok": False, "error": "ratelimited"}, {"Retry-After": retry_after}
+                limited = {"ok": False, "error": "ratelimited"}
+                return 429, limited, {"Retry-After": retry_after}, 0.0
         try:
-            return 200, {"ok": True, **handler(body)}, {}
+            return 200, {"ok": True, **handler(body)}, {}, late
         except _SlackError as e:
-            return 200, {"ok": False, "error": e.error, **e.extra}, {}
+            return 200, {"ok": False, "error": e.error, **e.extra}, {}, late
 
     def _take_fault(self, method: str) -> _Fault | None:
         queue = self._faults.get(method)
@@ -450,6 +487,7 @@ class SlackEmulator:
             "usergroups.users.list": self._usergroup_users,
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
+            "conversations.history": self._conversations_history,
         }
 
     def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -501,6 +539,7 @@ class SlackEmulator:
     def _post_message(self, body: dict[str, Any]) -> dict[str, Any]:
         channel = self._channel(body)
         self._check_content(body)
+        _check_metadata(body)
         ts = self._next_ts()
         message: dict[str, Any] = {
             "type": "message",
@@ -521,6 +560,8 @@ class SlackEmulator:
         message = dict(self.messages[key])
         if "text" in body:
             message["text"] = body["text"] or ""
+        if body.get("metadata") is not None:  # absent keeps the message's metadata
+            message["metadata"] = body["metadata"]
         for field in ("blocks", "attachments"):
             if field in body:  # absent keeps the old value, an empty list removes it (like Slack)
                 if body[field]:
@@ -537,6 +578,7 @@ class SlackEmulator:
         if key not in self.messages:
             raise _SlackError("message_not_found")
         self._check_content(body)
+        _check_metadata(body)
         message = self._replace(key, body)
         return {"channel": channel, "ts": key[1], "text": message["text"], "message": message}
 
@@ -633,8 +675,61 @@ class SlackEmulator:
             channel |= {"is_im": len(users) == 1, "user": users[0], "created": int(time.time())}
         return {"channel": channel}
 
+    def _conversations_history(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Top-level messages, newest first, between `oldest` and `latest` (exclusive unless
+        `inclusive`), `limit` a page (default 100, at most 999), cursor paging; `metadata`
+        only with `include_all_metadata`. Needs the *:history scope of the channel's type."""
+        channel = self._channel(body)
+        needed = {"C": "channels:history", "G": "groups:history", "D": "im:history"}.get(
+            channel[:1], "channels:history"
+        )
+        if self.scopes is not None and needed not in self.scopes:
+            provided = ",".join(sorted(self.scopes))
+            raise _SlackError("missing_scope", needed=needed, provided=provided)
+        inclusive = _truthy(body.get("inclusive"))
+        oldest = float(body.get("oldest") or 0)
+        latest = float(body.get("latest") or time.time() + 1)
+        try:
+            limit = min(999, max(1, int(body.get("limit") or 100)))
+            offset = int(str(body.get("cursor") or "0").removeprefix("next_ts:") or 0)
+        except ValueError:
+            raise _SlackError("invalid_cursor") from None
+
+        def within(ts: float) -> bool:
+            low = ts >= oldest if inclusive else ts > oldest
+            high = ts <= latest if inclusive else ts < latest
+            return low and high
+
+        found = [
+            m
+            for (ch, ts), m in sorted(self.messages.items(), key=lambda kv: -float(kv[0][1]))
+            if ch == channel and within(float(ts)) and not m.get("thread_ts")
+        ]
+        page = found[offset : offset + limit]
+        keep_metadata = _truthy(body.get("include_all_metadata"))
+        messages = [{k: v for k, v in m.items() if keep_metadata or k != "metadata"} for m in page]
+        more = offset + limit < len(found)
+        answer: dict[str, Any] = {"messages": messages, "has_more": more, "pin_count": 0}
+        if more:
+            answer["response_metadata"] = {"next_cursor": f"next_ts:{offset + limit}"}
+        return answer
+
 
 # ----- request parsing and Block Kit limits
+
+
+def _check_metadata(body: dict[str, Any]) -> None:
+    """Slack's message metadata: an object with a string `event_type` and an object
+    `event_payload`."""
+    meta = body.get("metadata")
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise _SlackError("invalid_metadata_format")
+    if not isinstance(meta.get("event_type"), str) or not isinstance(
+        meta.get("event_payload"), dict
+    ):
+        raise _SlackError("invalid_metadata_schema")
 
 
 async def _read_body(request: web.Request) -> dict[str, Any]:

@@ -1,0 +1,132 @@
+"""The record of posting a request's Slack message: post lock, attempts, extra copies.
+
+Posting is not idempotent at Slack, so each attempt is counted in the request's
+hash before it is made (`posting:<escalations>`: first attempt time, count,
+channel). An attempt that finds an earlier one counted may be following a post
+whose outcome nobody saw (a crash, a client timeout): the dispatcher then looks
+in the channel's history before posting again (bot/copies.py). Every message
+found or posted is recorded: the first as the request's `message`, any other as
+an entry of `copies`, so the outcome is drawn on all of them.
+Scripts: approvals/store/lua/begin_post.lua, approvals/store/lua/record_message.lua.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from redis.asyncio import Redis
+
+from approvals.models import SlackMessage
+from approvals.store.keys import Keys
+from approvals.store.store import load_script_source
+
+SCRIPT_NAMES = ("begin_post", "record_message")
+
+BeginState = Literal["go", "gone", "closed", "moved", "posted", "busy"]
+
+
+@dataclass(frozen=True)
+class Begin:
+    """`go`: post now (`earlier_at` is the first earlier attempt, if any); `busy`: `holder`
+    is posting it; otherwise nothing to post (`gone`, `closed`, `moved`, `posted`)."""
+
+    state: BeginState
+    holder: str = ""
+    earlier_at: float | None = None
+    earlier_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """The attempts made to post one route round of a request."""
+
+    escalations: int
+    channel: str
+    first_at: float
+    count: int
+
+
+class Posting:
+    """Reads and writes the posting record of requests (one per process, shared client)."""
+
+    def __init__(self, redis: Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._scripts = {
+            name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES
+        }
+
+    def lock(self, request_id: str, escalations: int) -> str:
+        # One lock per route round a request is posted on: an escalation posts it again.
+        return self.keys.lock(f"post:{request_id}:{escalations}")
+
+    async def begin(
+        self,
+        request_id: str,
+        escalations: int,
+        channel: str,
+        *,
+        holder: str,
+        lock_seconds: int,
+        now: float,
+        gone_holder: str = "",
+    ) -> Begin:
+        """Take the post lock (or take it over from `gone_holder`) and count one attempt."""
+        result = await self._scripts["begin_post"](
+            keys=[self.keys.request(request_id), self.lock(request_id, escalations)],
+            args=[holder, lock_seconds, escalations, channel, f"{now:.6f}", gone_holder],
+        )
+        state = _text(result[0])
+        if state == "busy":
+            return Begin("busy", holder=_text(result[1]))
+        if state == "go":
+            first = _text(result[1])
+            return Begin(
+                "go",
+                earlier_at=float(first) if first else None,
+                earlier_attempts=int(_text(result[2])),
+            )
+        if state in ("gone", "closed", "moved", "posted"):
+            return Begin(state)  # type: ignore[arg-type]
+        raise RuntimeError(f"begin_post answered {result!r}")
+
+    async def record(
+        self, request_id: str, escalations: int, message: SlackMessage
+    ) -> tuple[Literal["gone", "message", "copy"], str]:
+        """Record a message of the request and free its post lock. Returns whether it became
+        the request's message or an extra copy, and the request's status now."""
+        result = await self._scripts["record_message"](
+            keys=[self.keys.request(request_id), self.lock(request_id, escalations)],
+            args=[message.model_dump_json(), escalations],
+        )
+        code = int(result[0])
+        if code == 0:
+            return "gone", ""
+        return ("message" if code == 1 else "copy"), _text(result[1])
+
+    async def release(self, request_id: str, escalations: int) -> None:
+        await self.redis.delete(self.lock(request_id, escalations))
+
+    async def history(self, request_id: str) -> tuple[list[SlackMessage], list[Attempts]]:
+        """The extra copies recorded for a request and the attempts counted for each round."""
+        row: dict[str, str] = await self.redis.hgetall(self.keys.request(request_id))  # type: ignore[assignment]
+        copies = [SlackMessage.model_validate_json(c) for c in json.loads(row.get("copies", "[]"))]
+        attempts = []
+        for name, raw in row.items():
+            if name.startswith("posting:"):
+                data = json.loads(raw)
+                attempts.append(
+                    Attempts(
+                        int(name.split(":", 1)[1]),
+                        str(data["channel"]),
+                        float(data["first"]),
+                        int(data["n"]),
+                    )
+                )
+        return copies, sorted(attempts, key=lambda a: a.escalations)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

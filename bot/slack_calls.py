@@ -1,0 +1,177 @@
+"""Calls to Slack's Web API for the dispatcher: per-channel pacing, 429s, and what a failure means.
+
+HTTP 429 waits `Retry-After` and tries again (nothing was done). A permanent
+`ok:false` error raises `Permanent`. Anything else (5xx, a transient error, a
+timeout, a dropped connection) may or may not have been done by Slack: an
+idempotent call is retried a few times with backoff, and then, as a call made
+`once` (chat.postMessage) is at once, raised as `Unsure`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.context import BotContext
+
+log = logging.getLogger(__name__)
+
+#: Slack errors (with HTTP 200) that a later attempt can get past. Every other `ok:false`
+#: error (channel_not_found, not_in_channel, invalid_auth, …) is permanent: a post that
+#: fails with one ends its request as an `error`.
+TRANSIENT_ERRORS = frozenset(
+    {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
+)
+
+
+class Permanent(Exception):
+    """Slack refused the call and will refuse it again (`error` is Slack's code)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class Unsure(Exception):
+    """The call failed in a way that does not say whether Slack did it."""
+
+
+class ChannelPace:
+    """A token bucket per channel: `burst` tokens, one back every `interval` seconds."""
+
+    def __init__(self, interval: float, burst: int) -> None:
+        self.interval = interval
+        self.burst = burst
+        self.tokens = float(burst)
+        self.updated = time.monotonic()
+        self.blocked_until = 0.0
+
+    async def acquire(self) -> None:
+        while True:
+            now = time.monotonic()
+            if now < self.blocked_until:
+                await asyncio.sleep(self.blocked_until - now)
+                continue
+            self.tokens = min(
+                self.burst, self.tokens + max(0.0, now - self.updated) / self.interval
+            )
+            self.updated = max(now, self.updated)
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) * self.interval)
+
+    def block_for(self, seconds: float) -> None:
+        """Slack said 429: nothing until `Retry-After` has passed, then one post, no burst."""
+        self.blocked_until = max(self.blocked_until, time.monotonic() + seconds)
+        self.tokens = 1
+        self.updated = self.blocked_until
+
+
+def _without_retries(client: Any) -> Any:
+    """The same client minus slack_sdk's own retry on a dropped connection: that retry would
+    send chat.postMessage again when Slack may already have posted it."""
+    if not isinstance(client, AsyncWebClient):
+        return client
+    return type(client)(  # the same class: e.g. bot/slack_client.py's masking client
+        token=client.token,
+        base_url=client.base_url,
+        timeout=client.timeout,
+        session=client.session,
+        retry_handlers=[],
+    )
+
+
+class SlackCaller:
+    """Makes Web API calls through `ctx.slack` with pacing, Retry-After and retries."""
+
+    def __init__(
+        self,
+        ctx: BotContext,
+        *,
+        post_interval: float,
+        burst: int,
+        pacing: bool,
+        max_attempts: int,
+        backoff_base: float,
+        backoff_max: float,
+    ) -> None:
+        self.ctx = ctx
+        self.client = _without_retries(ctx.slack)
+        self.post_interval = post_interval
+        self.burst = burst
+        self.pacing = pacing
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._paces: dict[str, ChannelPace] = {}
+        self._bot_id: str | None = None
+
+    def pace(self, channel: str) -> ChannelPace:
+        pace = self._paces.get(channel)
+        if pace is None:
+            pace = self._paces[channel] = ChannelPace(self.post_interval, self.burst)
+        return pace
+
+    async def bot_id(self) -> str:
+        """This bot's `bot_id` (auth.test, asked once): its messages carry it."""
+        if self._bot_id is None:
+            try:
+                answer = await self.call("-", "auth_test")
+                self._bot_id = str(answer.get("bot_id") or "")
+            except Permanent:
+                self._bot_id = ""
+        return self._bot_id
+
+    async def call(
+        self,
+        pace_key: str,
+        method: str,
+        /,
+        *,
+        paced: bool = False,
+        once: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        pace = self.pace(pace_key)
+        attempt = 0
+        while True:
+            if paced and self.pacing:
+                await pace.acquire()
+            elif time.monotonic() < pace.blocked_until:
+                await asyncio.sleep(pace.blocked_until - time.monotonic())
+            try:
+                return await getattr(self.client, method)(**kwargs)
+            except SlackApiError as e:
+                status = e.response.status_code
+                error = str(e.response.get("error", "")) if e.response else ""
+                if status == 429:
+                    retry_after = float(e.response.headers.get("Retry-After", "1") or 1)
+                    log.warning(
+                        "slack rate limited method=%s channel=%s retry_after=%s",
+                        method,
+                        pace_key,
+                        retry_after,
+                    )
+                    self.ctx.count("slack_rate_limited")
+                    pace.block_for(retry_after)
+                    continue
+                if status < 500 and error and error not in TRANSIENT_ERRORS:
+                    raise Permanent(error) from e
+                reason = f"http {status} {error}".strip()
+            except (OSError, TimeoutError, aiohttp.ClientError) as e:
+                reason = repr(e)
+            attempt += 1
+            if once or attempt >= self.max_attempts:
+                raise Unsure(f"slack {method} failed ({attempt} tries): {reason}")
+            delay = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+            log.warning(
+                "slack call failed method=%s reason=%s retry_in=%.1fs", method, reason, delay
+            )
+            await asyncio.sleep(delay)
