@@ -91,6 +91,7 @@ class Dispatcher:
         self._queues: dict[str, asyncio.Queue[OutboxEntry]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._in_flight: set[str] = set()
+        self._owed: set[str] = set()  # this consumer's entries waiting for a retry
         self._room = asyncio.Event()
         self._owed_check = 0.0  # monotonic time of the next look at owed entries
         self._tasks: list[asyncio.Task[None]] = []
@@ -167,7 +168,8 @@ class Dispatcher:
         """Owed entries of this consumer whose backoff has passed (at most `room`)."""
         o = self.options
         owed = [e for e in await self.outbox.owed() if e.entry_id not in self._in_flight]
-        self.ctx.gauge("slack_owed", len(owed))
+        self._owed = {e.entry_id for e in owed}
+        self.ctx.gauge("slack_owed", len(self._owed))
         due, next_check = [], time.monotonic() + 30.0  # leftovers are looked at twice a minute
         for entry in owed:
             backoff = min(o.backoff_max, o.backoff_base * 2 ** (entry.deliveries - 1))
@@ -205,6 +207,7 @@ class Dispatcher:
             try:
                 await self._handle(entry)
                 await self.outbox.ack(entry.entry_id)
+                self._settled(entry)
             except asyncio.CancelledError:
                 raise
             except _Busy:
@@ -212,9 +215,12 @@ class Dispatcher:
                 # for this post: this one is not needed.
                 log.info("another replica is posting id=%s", entry.request_id)
                 await self.outbox.ack(entry.entry_id)
+                self._settled(entry)
             except Exception as e:
                 # Not acked: owed, taken again after a backoff (see _due). Nothing is dropped.
                 self.ctx.count("slack_owed_retries")
+                self._owed.add(entry.entry_id)
+                self.ctx.gauge("slack_owed", len(self._owed))
                 self._owed_check = min(self._owed_check, time.monotonic() + 0.1)
                 log.warning(
                     "outbox entry owed, will retry entry=%s op=%s id=%s error=%s",
@@ -226,6 +232,12 @@ class Dispatcher:
             finally:
                 self._in_flight.discard(entry.entry_id)
                 self._room.set()
+
+    def _settled(self, entry: OutboxEntry) -> None:
+        if entry.entry_id in self._owed:
+            self._owed.discard(entry.entry_id)
+            self.ctx.gauge("slack_owed", len(self._owed))
+            log.info("owed outbox entry delivered entry=%s id=%s", entry.entry_id, entry.request_id)
 
     # -- handling ----------------------------------------------------------------------
 

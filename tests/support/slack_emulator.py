@@ -51,7 +51,9 @@ class Posted:
 
 @dataclass
 class _Fault:
-    kind: str  # "error" | "ratelimit" | "server" | "late" (do the work, answer after value s)
+    # "error" | "ratelimit" | "server" | "late" (do the work, answer after `value` s)
+    # | "slow" (wait `value` s, then do the work and answer)
+    kind: str
     value: Any
     times: int
 
@@ -208,6 +210,11 @@ class SlackEmulator:
     def server_error_next(self, method: str, status: int = 500, times: int = 1) -> None:
         self._faults.setdefault(method, deque()).append(_Fault("server", status, times))
 
+    def slow_next(self, method: str, seconds: float, times: int = 1) -> None:
+        """Take `seconds` before doing the work and answering (a client that gives up
+        sooner sees a timeout, and the work is done all the same, later)."""
+        self._faults.setdefault(method, deque()).append(_Fault("slow", seconds, times))
+
     def answer_late_next(self, method: str, seconds: float, times: int = 1) -> None:
         """Do the work at once, then answer only after `seconds` (a client that gave up by
         then never learns that its call succeeded)."""
@@ -298,6 +305,9 @@ class SlackEmulator:
         self.arrivals.append((method, body, arrived))
         self._notify()
         delay = self.latency_by_method.get(method, self.latency)
+        queue = self._faults.get(method)
+        if queue and queue[0].kind == "slow":
+            delay += float(self._take_fault(method).value)  # type: ignore[union-attr]
         if delay > 0:
             await asyncio.sleep(delay)  # slow: the work is done after the delay
         late = 0.0

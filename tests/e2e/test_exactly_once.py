@@ -1,0 +1,222 @@
+"""Each request has exactly one live Slack message: slow posts, racing replicas, redelivered
+entries, decisions landing mid-post, Slack outages, and answers that come after the client
+gave up. Through the real bot against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import aiohttp
+import pytest
+from redis.asyncio import Redis
+
+from approvals.errors import StoreUnavailable
+from approvals.models import ApprovalEvent
+from approvals.service import Actor
+from approvals.store.keys import Keys
+from bot import dispatcher as dispatcher_module
+from bot.app import Bot
+from bot.dispatcher import DispatcherOptions
+from tests.support.e2e import CHANNEL, BotFactory, has_actions
+from tests.support.slack_emulator import SlackEmulator
+
+OPS = Actor("cli:ops", via="cli")
+
+
+def fast(**kw: Any) -> DispatcherOptions:
+    options: dict[str, Any] = {
+        "pacing": False,
+        "read_block_ms": 100,
+        "backoff_base": 0.05,
+        "backoff_max": 0.3,
+        "heartbeat_interval": 0.1,
+        "heartbeat_ttl": 0.5,
+        "reap_interval": 0.1,
+    }
+    return DispatcherOptions(**(options | kw))
+
+
+async def submit(bot: Bot, tool: str = "deploy") -> str:
+    assert bot.ctx is not None
+    request = await bot.ctx.service.submit(ApprovalEvent(tool_name=tool, arguments={"n": tool}))
+    return request.id
+
+
+def copies_of(slack: SlackEmulator, request_id: str) -> list[dict[str, Any]]:
+    """Every message in Slack showing `request_id` (the request's message and any copy)."""
+    return [m for m in slack.messages.values() if request_id in json.dumps(m.get("blocks", []))]
+
+
+async def drained(redis: Redis, keys: Keys) -> None:
+    """Wait until every outbox entry has been read and acked."""
+    for _ in range(200):
+        groups = await redis.xinfo_groups(keys.outbox)
+        last = await redis.xrevrange(keys.outbox, count=1)
+        (group,) = [g for g in groups if g["name"] == "bot"]
+        if last and group["last-delivered-id"] == last[0][0] and group["pending"] == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("outbox entries left unhandled")
+
+
+async def metric(bot: Bot, name: str) -> float:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{bot.port}/metrics") as resp:
+            text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(f"approvals_{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def test_slow_post_with_two_replicas_is_posted_once(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Redis, keys: Keys
+) -> None:
+    # Replica A posts slowly; while its post is in flight, replica B is handed another post
+    # entry for the same request (a redelivery). B must leave it to A: the post lock.
+    slack.set_latency(1.5, "chat.postMessage")
+    a = await make_bot(dispatcher=fast(max_in_flight=1))  # A reads nothing while busy
+    rid = await submit(a)
+    await slack.wait_until(lambda: slack.arrived("chat.postMessage") == 1, 5, "A's post")
+    b = await make_bot(dispatcher=fast())
+    assert b.dispatcher is not None
+    await redis.xadd(keys.outbox, {"op": "post", "id": rid, "channel": CHANNEL})
+    await slack.wait_for("chat.postMessage", 1, timeout=5)
+    await drained(redis, keys)
+    await asyncio.sleep(0.3)
+    assert slack.arrived("chat.postMessage") == 1, "B posted the request a second time"
+    assert len(copies_of(slack, rid)) == 1
+    assert a.ctx is not None and (await a.ctx.store.get(rid)).message is not None
+
+
+async def test_decision_while_post_is_in_flight_is_drawn_once(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    slack.set_latency(1.0, "chat.postMessage")
+    bot = await make_bot(dispatcher=fast())
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    await slack.wait_until(lambda: slack.arrived("chat.postMessage") == 1, 5, "the post")
+    # Decided while Slack is still working on the post: the decision's own update finds no
+    # message yet; the post, once recorded, must draw the outcome.
+    await bot.ctx.service.decide(rid, "approve", OPS)
+    await slack.wait_for("chat.update", 1, timeout=5)
+    await asyncio.sleep(0.5)
+    assert len(slack.calls_to("chat.postMessage")) == 1
+    assert len(slack.calls_to("chat.update")) == 1, "the outcome is drawn once"
+    (message,) = copies_of(slack, rid)
+    assert not has_actions(message), "live buttons on a decided request"
+
+
+async def test_redelivered_post_entry_is_not_posted_again(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Redis, keys: Keys, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(dispatcher_module, "POST_LOCK_SECONDS", 1)
+    bot = await make_bot(dispatcher=fast())
+    rid = await submit(bot)
+    await slack.wait_for("chat.postMessage", 1, timeout=5)
+    await drained(redis, keys)
+    await asyncio.sleep(1.2)  # any post lock has expired
+    calls = len(slack.calls)
+    await redis.xadd(keys.outbox, {"op": "post", "id": rid, "channel": CHANNEL})
+    await drained(redis, keys)
+    await asyncio.sleep(0.2)
+    assert slack.arrived("chat.postMessage") == 1
+    assert len(copies_of(slack, rid)) == 1
+    # The recorded message is the guard: no Slack call at all, not even a history search.
+    assert len(slack.calls) == calls, [c.method for c in slack.calls[calls:]]
+
+
+async def test_slack_outage_longer_than_the_attempt_budget_keeps_the_post_owed(
+    make_bot: BotFactory, slack: SlackEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.dispatcher")
+    slack.start_outage(503)
+    bot = await make_bot(dispatcher=fast(max_attempts=2))
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    # Well past the old budget of 8 attempts (and of this bot's own 2 quick retries).
+    await slack.wait_until(lambda: len(slack.arrivals) >= 12, 15, "a dozen attempts")
+    assert await metric(bot, "slack_owed") == 1, "the owed post shows in /metrics"
+    assert any("owed" in r.getMessage() and rid in r.getMessage() for r in caplog.records)
+    assert (await bot.ctx.store.get(rid)).status == "pending"
+    slack.end_outage()
+    await slack.wait_for("chat.postMessage", 1, timeout=10, ok=True)
+    await asyncio.sleep(0.5)
+    assert len(slack.calls_to("chat.postMessage", ok=True)) == 1
+    assert len(copies_of(slack, rid)) == 1
+    request = await bot.ctx.store.get(rid)
+    assert request.status == "pending" and request.message is not None
+    assert await metric(bot, "slack_owed") == 0
+
+
+async def test_an_entry_whose_handling_failed_is_retried(
+    make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
+) -> None:
+    bot = await make_bot(dispatcher=fast())
+    assert bot.ctx is not None
+    real = bot.ctx.store.get_many
+    failures = []
+
+    async def blip(ids: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise StoreUnavailable("Redis is unreachable: injected")
+        return await real(ids)
+
+    monkeypatch.setattr(bot.ctx.store, "get_many", blip)
+    rid = await submit(bot)
+    await slack.wait_for("chat.postMessage", 1, timeout=5, ok=True)
+    assert failures == [1]
+    assert len(copies_of(slack, rid)) == 1
+
+
+async def test_a_post_slack_answers_after_the_client_timeout_is_adopted(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    # Slack posts at once but answers after the bot gave up (slack_timeout): the retry
+    # finds the message in the channel's history and adopts it instead of posting again.
+    slack.answer_late_next("chat.postMessage", 1.5)
+    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    assert bot.ctx is not None
+    rid = await submit(bot)
+
+    async def recorded() -> Any:
+        for _ in range(100):
+            request = await bot.ctx.store.get(rid)  # type: ignore[union-attr]
+            if request.message is not None:
+                return request
+            await asyncio.sleep(0.05)
+        raise AssertionError("no message recorded")
+
+    request = await recorded()
+    assert slack.arrived("chat.postMessage") == 1, "posted again after the timeout"
+    history = slack.calls_to("conversations.history")
+    assert history and history[0].body.get("include_all_metadata") in ("1", "true", True)
+    (message,) = copies_of(slack, rid)
+    assert message["ts"] == request.message.ts
+    assert message["metadata"]["event_payload"]["request_id"] == rid
+    await bot.ctx.service.decide(rid, "deny", OPS, reason="no")
+    await slack.wait_for("chat.update", 1, timeout=5)
+    assert not has_actions(copies_of(slack, rid)[0])
+
+
+async def test_a_duplicate_that_lands_late_is_drawn_when_the_request_ends(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    # The first post is slow at Slack: the bot gives up, finds nothing in history, posts
+    # again; then Slack finishes the first one too. Two copies: both must lose their buttons.
+    slack.slow_next("chat.postMessage", 1.5)
+    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    await slack.wait_until(lambda: len(copies_of(slack, rid)) == 2, 10, "both copies")
+    assert all(has_actions(m) for m in copies_of(slack, rid))
+    await bot.ctx.service.decide(rid, "approve", OPS)
+    await slack.wait_for("chat.update", 2, timeout=10)
+    await asyncio.sleep(0.3)
+    assert not any(has_actions(m) for m in copies_of(slack, rid)), "a copy kept its buttons"
+    assert len(slack.calls_to("chat.update")) == 2
