@@ -354,7 +354,7 @@ def test_redact_url_leaves_urls_without_a_password_alone() -> None:
 
 # -- the Slack app manifests --
 
-SCOPES = ["chat:write", "im:write", "usergroups:read"]
+SCOPES = ["channels:history", "chat:write", "groups:history", "im:write", "usergroups:read"]
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
 
