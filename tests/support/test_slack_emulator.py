@@ -394,3 +394,96 @@ async def test_socket_mode_rejects_unknown_ticket(slack: SlackEmulator) -> None:
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await session.ws_connect(f"ws://127.0.0.1:{slack.port}/socket/link/?ticket=forged")
     assert info.value.status == 401
+
+
+META = {"event_type": "approval_request", "event_payload": {"request_id": "apr_1"}}
+
+
+async def test_history_window_order_paging_and_metadata(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    posted = []
+    for i in range(5):
+        res = await client.chat_postMessage(channel="C1", text=f"m{i}", metadata=META)
+        posted.append(res["ts"])
+    await client.chat_postMessage(channel="C2", text="elsewhere")
+    whole = await client.conversations_history(channel="C1")
+    assert [m["text"] for m in whole["messages"]] == ["m4", "m3", "m2", "m1", "m0"]
+    assert all("metadata" not in m for m in whole["messages"]), "only when asked for"
+    # oldest / latest are exclusive unless inclusive
+    window = await client.conversations_history(channel="C1", oldest=posted[1], latest=posted[3])
+    assert [m["text"] for m in window["messages"]] == ["m2"]
+    both = await client.conversations_history(
+        channel="C1", oldest=posted[1], latest=posted[3], inclusive=True
+    )
+    assert [m["text"] for m in both["messages"]] == ["m3", "m2", "m1"]
+    # pages: has_more and a cursor, newest first
+    first = await client.conversations_history(channel="C1", limit=2, include_all_metadata=True)
+    assert [m["text"] for m in first["messages"]] == ["m4", "m3"] and first["has_more"]
+    assert first["messages"][0]["metadata"] == META
+    assert first["messages"][0]["bot_id"] == slack.BOT_ID
+    cursor = first["response_metadata"]["next_cursor"]
+    rest = await client.conversations_history(channel="C1", limit=10, cursor=cursor)
+    assert [m["text"] for m in rest["messages"]] == ["m2", "m1", "m0"] and not rest["has_more"]
+
+
+async def test_history_needs_the_scope_of_the_channel_type() -> None:
+    async with SlackEmulator(scopes={"chat:write", "channels:history"}) as limited:
+        web = AsyncWebClient(token="xoxb-test", base_url=limited.api_url)
+        assert (await web.conversations_history(channel="C1"))["ok"]
+        error = await api_error(web.conversations_history(channel="G1"))
+        assert error.response["error"] == "missing_scope"
+        assert error.response["needed"] == "groups:history"
+
+
+async def test_metadata_is_checked_and_kept_by_updates(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    bad = await api_error(
+        client.chat_postMessage(channel="C1", text="x", metadata={"event_type": "t"})
+    )
+    assert bad.response["error"] == "invalid_metadata_schema"
+    res = await client.chat_postMessage(channel="C1", text="x", metadata=META)
+    await client.chat_update(channel="C1", ts=res["ts"], text="y")
+    assert slack.messages[("C1", res["ts"])]["metadata"] == META
+    other = {"event_type": "approval_request", "event_payload": {"request_id": "apr_2"}}
+    await client.chat_update(channel="C1", ts=res["ts"], text="z", metadata=other)
+    assert slack.messages[("C1", res["ts"])]["metadata"] == other
+
+
+async def test_answer_late_does_the_work_then_answers_after_the_client_gave_up(
+    slack: SlackEmulator,
+) -> None:
+    slack.answer_late_next("chat.postMessage", 1.0)
+    impatient = AsyncWebClient(token="xoxb-test", base_url=slack.api_url, timeout=0.3)  # type: ignore[arg-type]
+    impatient.retry_handlers.clear()
+    with pytest.raises(asyncio.TimeoutError):
+        await impatient.chat_postMessage(channel="C1", text="late")
+    assert [m["text"] for m in slack.messages_in("C1")] == ["late"], "posted all the same"
+    assert slack.arrived("chat.postMessage") == 1
+
+
+async def test_slow_next_answers_and_works_late_then_normal(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    slack.slow_next("chat.postMessage", 0.4)
+    task = asyncio.create_task(client.chat_postMessage(channel="C1", text="slow"))
+    await slack.wait_until(lambda: slack.arrived("chat.postMessage") == 1, 2, "arrival")
+    assert slack.messages_in("C1") == [], "nothing done while slow"
+    await task
+    assert [m["text"] for m in slack.messages_in("C1")] == ["slow"]
+    started = time.monotonic()
+    await client.chat_postMessage(channel="C1", text="fast")
+    assert time.monotonic() - started < 0.3
+
+
+async def test_outage_answers_5xx_to_everything_until_it_ends(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    slack.start_outage(503)
+    for call in (client.chat_postMessage(channel="C1", text="x"), client.auth_test()):
+        error = await api_error(call)
+        assert error.response.status_code == 503
+    assert slack.messages == {}
+    slack.end_outage()
+    assert (await client.chat_postMessage(channel="C1", text="x"))["ok"]
