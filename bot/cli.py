@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", default=None, help="the agent name reviewers see")
     p.add_argument("--upstream-url", help="a Streamable HTTP upstream instead of a command")
     p.add_argument(
+        "--upstream-bearer-env",
+        metavar="VAR",
+        help="the environment variable holding the HTTP upstream's bearer token",
+    )
+    p.add_argument(
         "--mark-gated",
         action="store_true",
         help="say in tools/list descriptions which tools need approval",

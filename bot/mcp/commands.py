@@ -66,7 +66,7 @@ async def _proxy(
         raise UsageError(
             "give the upstream server as `-- COMMAND [ARGS…]` or as --upstream-url URL"
         )
-    upstream = Upstream(command=command, url=args.upstream_url)
+    upstream = Upstream(command=command, url=args.upstream_url, bearer_env=args.upstream_bearer_env)
     options = ProxyOptions(
         name=args.name or upstream.default_name(),
         route=args.route,

@@ -26,16 +26,20 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Awaitable
+import sys
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import anyio
+import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
@@ -66,10 +70,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Upstream:
-    """The gated server: a command to start (stdio) or a Streamable HTTP URL."""
+    """The gated server: a command to start (stdio) or a Streamable HTTP URL (with a bearer
+    token read from the environment variable `bearer_env`, when given)."""
 
     command: list[str] = field(default_factory=list)
     url: str | None = None
+    bearer_env: str | None = None
 
     def default_name(self) -> str:
         """`mcp__<name>__…`: the command's file name, else the URL's host."""
@@ -84,15 +90,32 @@ class Upstream:
             raw = urlparse(self.url or "").hostname or "upstream"
         return _NAME.sub("_", raw).strip("_") or "upstream"
 
-    def client(self, message_handler: Any) -> Client:
-        """An (unentered) SDK client for the upstream, with no response caching. It speaks the
+    @asynccontextmanager
+    async def connect(self, message_handler: Any) -> AsyncIterator[Client]:
+        """An SDK client connected to the upstream, with no response caching. It speaks the
         handshake era (every server does): there the upstream's own notifications (list
         changes, resource updates, log messages) arrive unasked, so they can be relayed."""
         if self.url:
-            return Client(self.url, message_handler=message_handler, cache=None, mode="legacy")
+            headers = {}
+            if self.bearer_env:
+                token = os.environ.get(self.bearer_env, "").strip()
+                if not token:
+                    raise UpstreamGone(f"{self.bearer_env} (the upstream's bearer token) is empty")
+                headers["Authorization"] = f"Bearer {token}"
+            timeout = httpx2.Timeout(30.0, read=300.0)  # a response stream may stay open
+            async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+                transport = streamable_http_client(self.url, http_client=http)
+                async with Client(
+                    transport, message_handler=message_handler, cache=None, mode="legacy"
+                ) as client:
+                    yield client
+            return
         env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV)}
         params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=env)
-        return Client(params, message_handler=message_handler, cache=None, mode="legacy")
+        async with Client(
+            params, message_handler=message_handler, cache=None, mode="legacy"
+        ) as client:
+            yield client
 
 
 @dataclass(frozen=True)
@@ -385,7 +408,7 @@ async def run_proxy(upstream: Upstream, approvals: ApprovalClient, options: Prox
     Returns the exit status: 0 when the client closed, 1 when the upstream went away."""
     relay = _Relay()
     try:
-        async with upstream.client(relay) as connected:
+        async with upstream.connect(relay) as connected:
             proxy = GatingProxy(connected, approvals, options)
             relay.proxy = proxy
             async with stdio_server() as (read, write), anyio.create_task_group() as tg:
@@ -400,10 +423,11 @@ async def run_proxy(upstream: Upstream, approvals: ApprovalClient, options: Prox
                 await proxy.lost.wait()
                 await anyio.sleep(LINGER_SECONDS)  # let in-flight answers reach the client
                 tg.cancel_scope.cancel()
-    except (OSError, MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
-        log.error("the upstream MCP server failed: %r", e)
+    except (OSError, MCPError, UpstreamGone, httpx2.HTTPError) as e:
+        print(f"approval-bot mcp-proxy: the upstream MCP server failed: {e}", file=sys.stderr)
         return 1
     except ExceptionGroup as group:
-        log.error("the upstream MCP server failed: %r", group.exceptions[0])
+        first = group.exceptions[0]
+        print(f"approval-bot mcp-proxy: the upstream MCP server failed: {first!r}", file=sys.stderr)
         return 1
     return 1 if relay.proxy is not None and relay.proxy.gone else 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,15 @@ from approvals.store.keys import Keys
 from bot.context import BotContext
 from tests.support import decide_next
 from tests.support.e2e import BotFactory
-from tests.support.mcp import ProgressLog, agent_env, approval_bot, eventually, pending_for, settled
+from tests.support.mcp import (
+    REPO,
+    ProgressLog,
+    agent_env,
+    approval_bot,
+    eventually,
+    pending_for,
+    settled,
+)
 from tests.support.slack_emulator import SlackEmulator
 
 UPSTREAM = ("--", sys.executable, "-m", "tests.support.mcp_upstream")
@@ -208,3 +217,52 @@ async def test_the_upstream_exiting_is_an_error_not_a_hang(
         async with asyncio.timeout(10):
             with pytest.raises(Exception):  # noqa: B017 - whatever the SDK raises for a closed server
                 await client.list_tools()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_a_streamable_http_upstream_with_a_bearer_token(
+    redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
+) -> None:
+    port = free_port()
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
+    upstream = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.mcp_upstream", "--http", str(port), "up-token",
+        env=env, cwd=REPO, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    flags = ("--name", "files", "--upstream-url", url, "--upstream-bearer-env", "UPSTREAM_TOKEN")
+    try:
+        await eventually(lambda: _listening(port), within=20)
+        good = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": "up-token"})
+        async with Client(good, mode="legacy") as client:
+            call = asyncio.create_task(client.call_tool("delete_file", {"path": "/tmp/b"}))
+            await decide_next(ctx.service, "mcp__files__delete_file")
+            assert text(await call) == "deleted /tmp/b"
+        assert calls(upstream_log) == [{"tool": "delete_file", "arguments": {"path": "/tmp/b"}}]
+
+        # A refused token: the proxy says so and exits 1 instead of serving nothing.
+        bad = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": "wrong"})
+        proc = await asyncio.create_subprocess_exec(
+            bad.command, *bad.args, env=bad.env, cwd=REPO,
+            stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(proc.communicate(b""), 30)
+        assert proc.returncode == 1
+        assert "the upstream MCP server failed" in err.decode()
+    finally:
+        upstream.terminate()
+        await upstream.wait()
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False

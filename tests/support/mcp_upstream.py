@@ -2,7 +2,8 @@
 
 Every tool call is appended to the JSON-lines file named by `UPSTREAM_LOG`, so a
 test can tell whether (and with what) the upstream was called. Run as
-`python -m tests.support.mcp_upstream`.
+`python -m tests.support.mcp_upstream` (stdio) or `… --http PORT TOKEN` (Streamable
+HTTP for bearer TOKEN only).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from typing import Any
 
 from mcp.server import MCPServer
@@ -81,5 +83,26 @@ def review(path: str) -> str:
     return f"Please review {path}"
 
 
+def serve_http(port: int, token: str) -> None:
+    """Streamable HTTP on 127.0.0.1:`port` at /mcp, for callers with `Bearer <token>` only."""
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) == 4 and sys.argv[1] == "--http":  # --http PORT TOKEN
+        serve_http(int(sys.argv[2]), sys.argv[3])
+    else:
+        server.run("stdio")
