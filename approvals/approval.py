@@ -1,6 +1,8 @@
-"""`Approval`: an approval request as agents see it (the HTTP API's approval object).
+"""`Approval`: the approval object — an approval request as agents see it.
 
-Every transport returns it, so code written against one runs unchanged on the other.
+Defined once, here: the HTTP API answers with it (`approval_object`), its OpenAPI schema is
+generated from it (`bot/schemas.py`), the CLI prints it as JSON, and every transport returns
+it, so code written against one runs unchanged on the other.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ from approvals.models import (
 
 
 class Approval(BaseModel):
-    """An approval request as agents see it: the HTTP API's approval object, on both transports."""
+    """An approval request as agents see it: the HTTP API's approval object, on both transports.
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    Reading ignores fields it does not know (a newer bot may send more); the OpenAPI schema
+    lists every field as present in a response.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, json_schema_serialization_defaults_required=True
+    )
 
     id: str
     status: Status
@@ -60,7 +68,36 @@ class Approval(BaseModel):
 
     @classmethod
     def from_request(cls, request: ApprovalRequest) -> Approval:
-        return cls.model_validate(request.public())
+        """The approval object of a stored request (the one place its fields are mapped)."""
+        d = request.decision
+        return cls(
+            id=request.id,
+            status=request.status,
+            tool_name=request.event.tool_name,
+            arguments=request.event.arguments,
+            kind=request.config.kind,
+            sensitivity=request.config.sensitivity,
+            options=list(request.config.options) if request.config.options else None,
+            prompt=request.prompt,
+            call_id=request.event.call_id,
+            session_id=request.event.session_id,
+            agent=request.event.agent,
+            route=request.route,
+            channel=request.channel,
+            created_at=request.created_at,
+            deadline_at=request.deadline_at,
+            decision=d.outcome if d else None,
+            reason=d.reason if d else None,
+            input=d.input if d else None,
+            selection=d.selection if d else None,
+            for_session=d.for_session if d else False,
+            decided_by=d.decided_by if d else None,
+            decided_at=d.decided_at if d else None,
+            via=d.via if d else None,
+            votes=list(request.votes),
+            metadata=request.metadata,
+            callback=request.callback,
+        )
 
     @property
     def is_pending(self) -> bool:
@@ -135,3 +172,8 @@ def already_decided(approval: Approval | ApprovalRequest) -> AlreadyDecided:
         approval = Approval.from_request(approval)
     by = f" by {approval.decided_by}" if approval.decided_by else ""
     return AlreadyDecided(f"{approval.id} is already {approval.status}{by}", request=approval)
+
+
+def approval_object(request: ApprovalRequest) -> dict[str, Any]:
+    """The approval object of `request` as JSON data (what the HTTP API answers)."""
+    return Approval.from_request(request).model_dump(mode="json")

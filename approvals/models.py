@@ -187,7 +187,7 @@ class Decision(BaseModel):
 class Vote(BaseModel):
     """One reviewer's vote towards a quorum."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(**_STRICT, json_schema_serialization_defaults_required=True)
 
     user: str
     outcome: Literal["approve", "deny"]
@@ -240,38 +240,6 @@ class ApprovalRequest(BaseModel):
     @property
     def is_pending(self) -> bool:
         return self.status == "pending"
-
-    def public(self) -> dict[str, Any]:
-        """The approval object of the HTTP API (DESIGN.md, public interface)."""
-        d = self.decision
-        return {
-            "id": self.id,
-            "status": self.status,
-            "tool_name": self.event.tool_name,
-            "arguments": self.event.arguments,
-            "kind": self.config.kind,
-            "sensitivity": self.config.sensitivity,
-            "options": list(self.config.options) if self.config.options else None,
-            "prompt": self.prompt,
-            "call_id": self.event.call_id,
-            "session_id": self.event.session_id,
-            "agent": self.event.agent,
-            "route": self.route,
-            "channel": self.channel,
-            "created_at": self.created_at.isoformat(),
-            "deadline_at": self.deadline_at.isoformat() if self.deadline_at else None,
-            "decision": d.outcome if d else None,
-            "reason": d.reason if d else None,
-            "input": d.input if d else None,
-            "selection": d.selection if d else None,
-            "for_session": d.for_session if d else False,
-            "decided_by": d.decided_by if d else None,
-            "decided_at": d.decided_at.isoformat() if d else None,
-            "via": d.via if d else None,
-            "votes": [v.model_dump(mode="json") for v in self.votes],
-            "metadata": self.metadata,
-            "callback": self.callback.model_dump(mode="json") if self.callback else None,
-        }
 
 
 def check_event_size(event: ApprovalEvent) -> int:

@@ -16,7 +16,7 @@ import time
 from datetime import datetime
 from typing import Any, TextIO
 
-from approvals.approval import Approval, already_decided
+from approvals.approval import Approval, already_decided, approval_object
 from approvals.client import ApprovalClient
 from approvals.errors import AlreadyDecided, ApprovalTimeout, InvalidRequest
 from approvals.integrations.coding_agents import answer_hook, hook_metadata, time_budget
@@ -101,7 +101,7 @@ async def cmd_pending(args: argparse.Namespace, store: ApprovalStore, out: TextI
     requests = await store.list_pending(limit=args.limit)
     if args.json:
         for request in requests:
-            print(json.dumps(request.public(), ensure_ascii=False), file=out)
+            print(json.dumps(approval_object(request), ensure_ascii=False), file=out)
         return 0
     if not requests:
         print("no pending approval requests", file=out)
@@ -185,7 +185,7 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
 async def cmd_show(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
     request = await store.get(args.id)
     if args.json:
-        print(json.dumps(request.public(), indent=2, ensure_ascii=False), file=out)
+        print(json.dumps(approval_object(request), indent=2, ensure_ascii=False), file=out)
     else:
         print("\n".join(describe(request, store.now())), file=out)
     return 0

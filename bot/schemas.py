@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
+from approvals.approval import Approval
+from approvals.approval import approval_object as approval_object  # the API's answer
 from approvals.callbacks import Callback
 from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, HookInput, HookOutput
 from approvals.models import (
@@ -18,12 +19,9 @@ from approvals.models import (
     MAX_TEXT,
     ApprovalConfig,
     ApprovalEvent,
-    ApprovalRequest,
     EventKind,
     Kind,
-    Outcome,
     Sensitivity,
-    Status,
 )
 
 MAX_HOOK_TIMEOUT = 3600.0
@@ -100,44 +98,11 @@ class CancelApproval(BaseModel):
     by: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-class VoteObject(BaseModel):
-    user: str
-    outcome: Literal["approve", "deny"]
-    at: datetime
-    reason: str | None
-
-
-class ApprovalObject(BaseModel):
-    """The approval object (`ApprovalRequest.public()`)."""
+class ApprovalObject(Approval):
+    """The approval object as the API answers it (`approvals.approval.Approval`, no field of
+    its own): every field present and no other, which is what the OpenAPI schema says."""
 
     model_config = ConfigDict(extra="forbid")
-
-    id: str
-    status: Status
-    tool_name: str
-    arguments: dict[str, Any]
-    kind: Kind
-    sensitivity: Sensitivity
-    options: list[str] | None
-    prompt: str
-    call_id: str | None
-    session_id: str | None
-    agent: str | None
-    route: str
-    channel: str | None
-    created_at: datetime
-    deadline_at: datetime | None
-    decision: Outcome | None
-    reason: str | None
-    input: str | None
-    selection: str | None
-    for_session: bool
-    decided_by: str | None
-    decided_at: datetime | None
-    via: str | None
-    votes: list[VoteObject]
-    metadata: dict[str, Any]
-    callback: Callback | None
 
 
 class ErrorDetail(BaseModel):
@@ -150,10 +115,6 @@ class ErrorResponse(BaseModel):
     """Every error: a stable `code`, a human `message`, and for 422 the fields at fault."""
 
     error: ErrorDetail
-
-
-def approval_object(request: ApprovalRequest) -> dict[str, Any]:
-    return ApprovalObject.model_validate(request.public()).model_dump(mode="json")
 
 
 # -- OpenAPI --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from approvals.approval import approval_object
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
@@ -90,7 +91,7 @@ async def test_show_text_masks_secrets_and_json_is_the_approval_object(
     assert "route:      default → C0APPROVALS" in text
     assert "reviewers:  anyone (quorum 1)" in text
     assert await cli("show", request.id, "--json") == 0
-    assert json.loads(capsys.readouterr().out) == request.public()
+    assert json.loads(capsys.readouterr().out) == approval_object(request)
 
 
 async def test_show_unknown_id(cli_env: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import inngest
 from inngest.experimental import mocked
 
+from approvals.approval import approval_object
 from approvals.client import SyncApprovalClient
 from approvals.models import Decision
 from bot.context import BotContext
@@ -63,7 +64,7 @@ async def test_function_waits_for_the_decision_event_sent_by_the_webhook_receive
         assert first.status is mocked.Status.COMPLETED, first.error
         approval_id = first.output["approval_id"]
         assert first.output["result"] == "not deployed: no decision" and deployed == []
-        pending = (await ctx.store.get(approval_id)).public()
+        pending = approval_object(await ctx.store.get(approval_id))
         assert pending["status"] == "pending"
 
         # 2. a reviewer approves; the bot's webhook reaches the receiver → one event
