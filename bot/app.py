@@ -30,7 +30,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
-from bot import api, embedded_redis, listeners
+from bot import api, embedded_redis, listeners, redis_location
 from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
@@ -265,25 +265,67 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
 
 async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
     """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
-    the policy file. With no REDIS_URL and nothing on localhost:6379, an embedded Redis
-    keeps its data (and its address, for the CLI) in APPROVALS_DATA_DIR/redis."""
+    the policy file. With no REDIS_URL and nothing on localhost:6379 it uses the embedded
+    Redis of APPROVALS_DATA_DIR (`bot.embedded_redis.open_shared`: started here, or shared
+    with the serve that runs it, and taken over if that one ends)."""
     embedded = None
     redis_url = settings.redis_url
-    if redis_url is None and not embedded_redis.answers(settings.redis_url_or_default):
-        data_dir = Path(settings.approvals_data_dir) / "redis"
-        embedded = embedded_redis.start(data_dir)
-        redis_url = embedded.url
-        log.warning(
-            "REDIS_URL is not set and nothing answers on localhost:6379: started an "
-            "embedded Redis on %s with its data in %s (append-only file on)",
-            redis_url,
-            embedded.data_dir,
+    if redis_url is not None:
+        log.info("redis %s (REDIS_URL), not embedded", redis_location.describe(redis_url))
+    elif embedded_redis.answers(redis_location.LOCALHOST):
+        redis_url = redis_location.LOCALHOST
+        log.info(
+            "redis %s (REDIS_URL is not set and something answers there), not embedded",
+            redis_location.describe(redis_url),
         )
+    else:
+        # Started on this (the loop's) thread: the server dies with the thread that started it.
+        embedded = embedded_redis.open_shared(
+            redis_location.server_dir(settings.approvals_data_dir)
+        )
+        redis_url = embedded.url
+        if embedded.owner:
+            log.warning(
+                "redis %s, embedded: REDIS_URL is not set and nothing answers on "
+                "localhost:6379, so this serve started one with its data in %s "
+                "(append-only file on)",
+                redis_location.describe(redis_url),
+                embedded.data_dir,
+            )
+        else:
+            log.warning(
+                "redis %s, embedded: shared with the serve (pid %s) that runs it for %s",
+                redis_location.describe(redis_url),
+                embedded_redis.lock_holder(embedded.data_dir) or "?",
+                embedded.data_dir,
+            )
+    keeper = (
+        asyncio.create_task(_keep_embedded(embedded))
+        if embedded is not None and not embedded.owner
+        else None
+    )
     try:
-        await _serve(settings, redis_url or settings.redis_url_or_default, stop)
+        await _serve(settings, redis_url, stop)
     finally:
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         if embedded is not None:
-            embedded.stop()
+            embedded.close()
+
+
+async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1.0) -> None:
+    """A serve using another's embedded server takes it over when that serve ends. Runs on
+    the loop's thread on purpose: the server dies with the thread that started it."""
+    while not embedded.owner:
+        await asyncio.sleep(every)
+        if embedded.take_over_if_orphaned():
+            log.warning(
+                "the serve that ran the embedded Redis for %s ended: this one runs it now on %s",
+                embedded.data_dir,
+                redis_location.describe(embedded.url),
+            )
 
 
 async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> None:

@@ -39,7 +39,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.transports import RedisTransport, TransportFactory, choose_transport
-from bot import embedded_redis, webhook_commands
+from bot import embedded_redis, redis_location, webhook_commands
 from bot.commands import (
     CliError,
     cmd_audit,
@@ -59,7 +59,10 @@ from bot.setup_check import run_check
 
 log = logging.getLogger(__name__)
 
-_REDIS_NEEDED = "pending, show, approve, deny and audit need direct access to the bot's Redis"
+_REDIS_NEEDED = (
+    "pending, show, approve, deny and audit need the bot's Redis: start `approval-bot serve`, "
+    "or set REDIS_URL (and APPROVALS_PREFIX) to the bot's"
+)
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -188,27 +191,30 @@ def configure_logging(level: str) -> None:
     )
 
 
-def redis_url(settings: Settings) -> str:
+def locate_redis(settings: Settings) -> redis_location.Located:
     """REDIS_URL; else localhost:6379 if it answers; else the embedded server that
-    `approval-bot serve` started with its data in APPROVALS_DATA_DIR."""
-    if settings.redis_url:
-        return settings.redis_url
-    default = settings.redis_url_or_default
-    if embedded_redis.answers(default):
-        return default
-    return embedded_redis.recorded_url(Path(settings.approvals_data_dir) / "redis") or default
+    `approval-bot serve` runs with its data in APPROVALS_DATA_DIR (from any directory)."""
+    return redis_location.for_cli(settings.redis_url, settings.approvals_data_dir)
+
+
+def redis_url(settings: Settings) -> str:
+    """The Redis URL to use; a `CliError` saying what was tried when none answers."""
+    located = locate_redis(settings)
+    if located.source == "nothing":
+        raise CliError(f"{located.cannot_reach()}. {_REDIS_NEEDED}")
+    return located.url
 
 
 async def open_store(settings: Settings) -> ApprovalStore:
-    redis = connect(redis_url(settings), client_name="approval-bot-cli")
+    located = locate_redis(settings)
+    if located.source == "nothing":
+        raise CliError(f"{located.cannot_reach()}. {_REDIS_NEEDED}")
+    redis = connect(located.url, client_name="approval-bot-cli")
     try:
         await redis.ping()
     except Exception as e:
         await redis.aclose()
-        raise CliError(
-            f"cannot reach Redis at {settings.redis_url_redacted} (REDIS_URL): {e}\n"
-            f"{_REDIS_NEEDED}: set REDIS_URL (and APPROVALS_PREFIX) to the bot's"
-        ) from e
+        raise CliError(f"{located.cannot_reach()}. {_REDIS_NEEDED}") from e
     return ApprovalStore(redis, Keys(settings.approvals_prefix))
 
 
@@ -355,8 +361,10 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
         print(f"approval-bot: {e.message}", file=sys.stderr)
         return 1
     except StoreUnavailable as e:
-        where = "the approval bot" if settings.approvals_url else "Redis"
-        print(f"approval-bot: cannot reach {where}: {e.message}", file=sys.stderr)
+        if settings.approvals_url:
+            print(f"approval-bot: cannot reach the approval bot: {e.message}", file=sys.stderr)
+        else:
+            print(f"approval-bot: {locate_redis(settings).cannot_reach()}", file=sys.stderr)
         return 2
     except ApprovalError as e:
         print(f"approval-bot: {e.message}", file=sys.stderr)

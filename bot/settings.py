@@ -233,6 +233,15 @@ def _channel(value: str) -> str:
     return value
 
 
+def default_data_dir() -> Path:
+    """The platform's per-user state directory for approval-bot (`~/.local/state/approval-bot`
+    on Linux, honouring XDG_STATE_HOME; `~/Library/Application Support/approval-bot` on macOS;
+    `%LOCALAPPDATA%\\approval-bot` on Windows)."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("approval-bot", appauthor=False))
+
+
 def _data_dir(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} exists and is not a directory")
@@ -319,9 +328,10 @@ class Settings(BaseSettings):
     approvals_prefix: Annotated[str, _on_text(_prefix)] = Field(
         "approvals", validation_alias="APPROVALS_PREFIX"
     )
-    #: Where the embedded Redis keeps its data (append-only file).
+    #: Where the embedded Redis keeps its data (append-only file), address and lock: the
+    #: platform's per-user state directory unless set (so it does not depend on the cwd).
     approvals_data_dir: Annotated[Path, _on_path(_data_dir)] = Field(
-        Path(".data"), validation_alias="APPROVALS_DATA_DIR"
+        default_factory=lambda: default_data_dir(), validation_alias="APPROVALS_DATA_DIR"
     )
     log_level: Annotated[str, _on_text(_log_level)] = Field("INFO", validation_alias="LOG_LEVEL")
 

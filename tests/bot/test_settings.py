@@ -16,6 +16,7 @@ from bot.settings import (
     VARIABLES,
     Settings,
     SettingsError,
+    default_data_dir,
     load_settings,
     redact_url,
 )
@@ -49,7 +50,7 @@ def test_defaults_with_an_empty_environment() -> None:
     assert s.approvals_reviewers == ()
     assert s.approvals_policy_file is None
     assert s.approvals_prefix == "approvals"
-    assert s.approvals_data_dir == Path(".data")
+    assert s.approvals_data_dir == default_data_dir() and s.approvals_data_dir.is_absolute()
     assert s.approvals_url is None
     assert s.approvals_token is None
     assert s.approvals_slack_pacing is True
@@ -386,3 +387,14 @@ def test_socket_mode_manifest() -> None:
     http = manifest("slack-manifest.yaml")
     assert m["features"] == http["features"]
     assert m["display_information"] == http["display_information"]
+
+
+def test_the_default_data_dir_is_the_per_user_state_dir_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    assert load_settings({}).approvals_data_dir == tmp_path / "state" / "approval-bot"
+    assert load_settings({"APPROVALS_DATA_DIR": "/srv/data"}).approvals_data_dir == Path(
+        "/srv/data"
+    )
