@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from approvals.errors import InvalidRequest, StoreUnavailable
+from approvals.errors import ApprovalTimeout, InvalidRequest, StoreUnavailable
 from approvals.integrations.coding_agents import (
     answer_hook,
     event_from_claude,
@@ -486,12 +486,16 @@ async def test_a_decision_that_wins_the_race_with_the_cancel_is_used(ctx: BotCon
         await ctx.service.decide(request_id, "approve", Actor("U3"), input="ok, go")
         return (await ctx.service.cancel(request_id, reason=reason)).request
 
+    async def no_decision_in_time(request_id: str, limit: float) -> ApprovalRequest:
+        raise ApprovalTimeout(f"no decision on {request_id}")  # the wait ran out, at once
+
+    # A budget with a whole second for the withdraw: a loaded machine still fits the race in.
     out = await answer_hook(
         "claude-code",
         claude("Bash", {"command": "ls"}),
         ctx.service.submit,
-        ctx.waiter.wait,
-        timeout=0.2,
+        no_decision_in_time,
+        timeout=10,
         cancel=late_cancel,
     )
     assert out == pre(
