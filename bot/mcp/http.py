@@ -223,9 +223,10 @@ def add_routes(
     async def on_startup(_: web.Application) -> None:
         await endpoint.start()
 
-    async def on_cleanup(_: web.Application) -> None:
+    async def on_shutdown(_: web.Application) -> None:
+        # Before aiohttp waits for open connections: ending the sessions ends their streams.
         await endpoint.stop()
 
     app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+    app.on_shutdown.append(on_shutdown)
     return endpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -117,3 +118,23 @@ async def test_mcp_needs_the_api_bearer_token(
     bot.ctx.api_tokens = ()  # no token configured: closed, never open
     async with http.post(url, json=body, headers={"Authorization": "Bearer test-token"}) as resp:
         assert resp.status == 503
+
+
+async def test_stopping_the_bot_ends_waiting_calls_promptly_and_withdraws_them(
+    make_bot: BotFactory,
+) -> None:
+    """A restart must not hang on open MCP streams (aiohttp would wait up to 60 s for them),
+    and a request nobody waits for any more is withdrawn, not left for a reviewer."""
+    bot = await make_bot(with_slack=False)
+    assert bot.ctx is not None
+    store = bot.ctx.store
+    async with mcp_client(bot) as client:
+        call = asyncio.create_task(client.call_tool("request_approval", {"action": "migrate"}))
+        request = await pending_for(store, "migrate")
+        started = time.monotonic()
+        await bot.stop()
+        assert time.monotonic() - started < 10
+        with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a stream that ended
+            await asyncio.wait_for(call, 10)
+    current = await store.get(request.id)
+    assert current.status == "cancelled"
