@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from mcp import Client
 from approvals.store.keys import Keys
 from bot.context import BotContext
 from tests.support import decide_next
-from tests.support.mcp import ProgressLog, agent_env, approval_bot, pending_for, settled
+from tests.support.mcp import REPO, ProgressLog, agent_env, approval_bot, pending_for, settled
 
 #: Handshake era (what Claude Code and most clients speak today) and the 2026-07-28 era.
 MODES = ["legacy", "auto"]
@@ -191,3 +192,36 @@ async def test_policy_rules_answer_at_once(redis_url: str, keys: Keys, tmp_path:
         "behavior": "deny",
         "message": "Denied by policy:no drops: Dropping is never allowed.",
     }
+
+
+AGENT = """
+import asyncio, json, sys
+from mcp import Client, StdioServerParameters
+
+async def main():
+    server = StdioServerParameters(**json.loads(sys.argv[1]))
+    async with Client(server, mode="legacy") as client:
+        await client.call_tool("request_approval", {"action": "resize_db"})
+
+asyncio.run(main())
+"""
+
+
+async def test_an_agent_that_dies_withdraws_its_waiting_request(
+    redis_url: str, keys: Keys, ctx: BotContext
+) -> None:
+    """The agent process is killed while its call waits: the server sees stdin close and
+    withdraws the request, so no reviewer approves something nobody will run."""
+    env = agent_env(redis_url, keys)
+    server = approval_bot("mcp", env=env)
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", AGENT, server.model_dump_json(), env=env, cwd=REPO,
+        stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        request = await pending_for(ctx.store, "resize_db", within=30)
+    finally:
+        agent.kill()  # no notifications/cancelled: the pipe to the server just closes
+        await agent.wait()
+    current = await settled(ctx.store, request.id, within=20)
+    assert current.status == "cancelled"
