@@ -1,4 +1,4 @@
-"""`require_approval`: gate a sync or async function behind a reviewer's decision (DESIGN.md §1).
+"""`require_approval`: gate a sync or async function behind a reviewer's decision.
 
 The handler (a sync/async callable `GateRequest -> Decision`, or a hook) sees
 the canonical parsed arguments. Approve → the function runs, the `Decision`
@@ -6,6 +6,7 @@ available from `current_approval()` and as `approval=` if it declares that
 parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>").
 A failing reviewer gives `ApprovalFailed`, never a denial. `on_deny="raise"`
 raises `ToolDenied` / `ReviewFailed` instead. Default: a y/N TTY prompt (`approvals.terminal`).
+The design in context: docs/ARCHITECTURE.md, "In-process review".
 """
 
 from __future__ import annotations

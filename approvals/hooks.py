@@ -1,4 +1,4 @@
-"""The hook protocol (DESIGN.md §2): review results, the `Hook` base class and `run_hook`.
+"""The hook protocol (docs/ARCHITECTURE.md): review results, the `Hook` base class and `run_hook`.
 
 A hook reviews one `ApprovalEvent` and answers at once (`Allow` / `Deny`) or
 later (`Async(ref)`, then `await_decision(ref, timeout)`). `run_hook` drives a

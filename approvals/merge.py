@@ -1,6 +1,7 @@
-"""Folding several hooks' (or policy rules') outputs for one call into one outcome (DESIGN.md §3).
+"""Folding several hooks' (or policy rules') outputs for one call into one outcome.
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
+The rules in context: docs/ARCHITECTURE.md, "In-process review".
 
 Precedence is `deny > ask > allow`; the legacy `block` counts as `deny` and
 `approve` as `allow`; with no decision anywhere the result is `none`. Only

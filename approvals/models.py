@@ -53,7 +53,7 @@ def new_id() -> str:
 
 
 class ApprovalConfig(BaseModel):
-    """How a gated call is reviewed (DESIGN.md §1)."""
+    """How a gated call is reviewed (docs/ARCHITECTURE.md, "In-process review")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

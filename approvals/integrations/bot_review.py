@@ -1,4 +1,4 @@
-"""`SlackApprovalHook`: the hook protocol (DESIGN.md §2) on an `ApprovalClient`.
+"""`SlackApprovalHook`: the hook protocol (docs/ARCHITECTURE.md) on an `ApprovalClient`.
 
 Every review submits the event as an approval request and returns
 `Async(ref=<request id>)` (or `Allow` / `Deny` at once when a policy rule or
