@@ -1,6 +1,7 @@
 """Internal: the Redis store — key names (`keys`), the client (`connection`), requests and their
-Lua compare-and-set scripts (`store`, `lua/`), the Slack work queue (`outbox`) and the waiters
-woken by pub/sub (`waiting`). Agents use `approvals.ApprovalClient`, not these modules.
+Lua compare-and-set scripts (`store`, `lua/`), the work queues' consumer groups (`outbox`),
+decision webhooks and their signing secrets (`webhooks`) and the waiters woken by pub/sub
+(`waiting`). Agents use `approvals.ApprovalClient`, not these modules.
 
 `ApprovalStore` is re-exported here; it is imported on first use, so importing
 `approvals.store.keys` alone stays cheap.
