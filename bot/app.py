@@ -20,13 +20,14 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
 
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
-from approvals.store.connection import connect
+from approvals.store.connection import DEFAULT_SOCKET_TIMEOUT, connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
@@ -62,6 +63,8 @@ class BotConfig:
     consumer: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     dispatcher: DispatcherOptions = field(default_factory=DispatcherOptions)
     sweep_interval: float = 1.0
+    #: Seconds a Redis command may take before it fails (the API answers 503, hooks deny).
+    redis_timeout: float = DEFAULT_SOCKET_TIMEOUT
     webhooks: WebhookOptions = field(default_factory=WebhookOptions)
     #: Seconds a Slack Web API call may take before the client gives up on it.
     slack_timeout: float = 30.0
@@ -96,9 +99,17 @@ class Bot:
 
     async def start(self) -> None:
         cfg = self.config
-        redis = connect(cfg.redis_url, client_name=f"approval-bot:{cfg.consumer}")
+        redis = connect(
+            cfg.redis_url,
+            client_name=f"approval-bot:{cfg.consumer}",
+            socket_timeout=cfg.redis_timeout,
+        )
+        # The waiter's pub/sub connection blocks for as long as no decision comes: no timeout.
         waiter_redis = connect(
-            cfg.redis_url, max_connections=2, client_name=f"approval-bot-waiter:{cfg.consumer}"
+            cfg.redis_url,
+            max_connections=2,
+            client_name=f"approval-bot-waiter:{cfg.consumer}",
+            socket_timeout=None,
         )
         keys = Keys(cfg.prefix)
         store = ApprovalStore(redis, keys)
@@ -224,16 +235,21 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
         return await to_aiohttp_response(response)
 
     async def healthz(request: web.Request) -> web.Response:
+        why = None
         try:
             redis_ok = bool(await asyncio.wait_for(ctx.redis.ping(), 2))
-        except Exception:
-            redis_ok = False
-        body = {
+        except (TimeoutError, RedisTimeoutError):
+            redis_ok, why = False, "Redis did not answer PING within 2 s (frozen or partitioned)"
+        except Exception as e:
+            redis_ok, why = False, f"Redis is unreachable ({type(e).__name__})"
+        body: dict[str, Any] = {
             "ok": redis_ok,
             "redis": redis_ok,
             "slack": "configured" if ctx.slack is not None else "not configured",
             "waiting": ctx.waiter.waiting,
         }
+        if why:
+            body["reason"] = why
         return web.json_response(body, status=200 if redis_ok else 503)
 
     async def metrics(request: web.Request) -> web.Response:

@@ -10,12 +10,15 @@ duplicate clicks get an ephemeral explanation and change nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any, Literal
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 
-from approvals.errors import InvalidRequest, NotAllowed, NotFound
+from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavailable
 from approvals.models import ApprovalRequest
 from approvals.service import Actor
 from approvals.store.store import VoteResult
@@ -23,6 +26,10 @@ from bot import ids, modals
 from bot.context import BotContext
 
 log = logging.getLogger(__name__)
+
+#: The ephemeral for a click that could not be recorded (Redis unreachable): nothing changed.
+UNRECORDED = "Couldn't record your decision — try again."
+_STORE_ERRORS = (StoreUnavailable, RedisConnectionError, RedisTimeoutError)
 
 Body = dict[str, Any]
 
@@ -68,16 +75,36 @@ class Listeners:
 
     # -- buttons ---------------------------------------------------------------------
 
+    async def _guarded(self, body: Body, work: Awaitable[Any], channel: str | None = None) -> None:
+        """Run what a listener does after `ack()`; if Redis cannot be reached, the clicker is
+        told nothing was recorded (the request stays as it was) and it is logged."""
+        try:
+            await work
+        except _STORE_ERRORS as e:
+            action = _action(body).get("action_id") or (body.get("view") or {}).get("callback_id")
+            log.warning(
+                "click not recorded: store unavailable user=%s action=%s error=%s",
+                _user(body),
+                action,
+                type(e).__name__,
+            )
+            self.ctx.count("slack_clicks_unrecorded")
+            await self._ephemeral(body, UNRECORDED, channel=channel)
+
     async def on_approve(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        await self._decide(body, _action(body).get("value", ""), "approve")
+        await self._guarded(body, self._decide(body, _action(body).get("value", ""), "approve"))
 
     async def on_approve_session(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        await self._decide(body, _action(body).get("value", ""), "approve", for_session=True)
+        request_id = _action(body).get("value", "")
+        await self._guarded(body, self._decide(body, request_id, "approve", for_session=True))
 
     async def on_choose(self, ack: AsyncAck, body: Body) -> None:
         await ack()
+        await self._guarded(body, self._choose(body))
+
+    async def _choose(self, body: Body) -> None:
         action = _action(body)
         if action.get("type") == "static_select":
             request_id = str(action.get("block_id", "")).removeprefix(ids.ACTIONS_BLOCK + ":")
@@ -108,11 +135,11 @@ class Listeners:
 
     async def on_deny_button(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        await self._open_modal(body, "deny")
+        await self._guarded(body, self._open_modal(body, "deny"))
 
     async def on_respond_button(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        await self._open_modal(body, "input")
+        await self._guarded(body, self._open_modal(body, "input"))
 
     async def _open_modal(self, body: Body, which: Literal["deny", "input"]) -> None:
         request = await self._load(body, str(_action(body).get("value", "")))
@@ -142,9 +169,10 @@ class Listeners:
         meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
         reason = self._view_value(body, ids.REASON_BLOCK, ids.REASON_ACTION)
         await ack()
-        await self._decide(
+        decision = self._decide(
             body, meta.request_id, "deny", reason=reason or None, channel=meta.channel
         )
+        await self._guarded(body, decision, meta.channel)
 
     async def on_input_submit(self, ack: AsyncAck, body: Body) -> None:
         meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
@@ -153,7 +181,10 @@ class Listeners:
             await ack(**modals.modal_errors(ids.INPUT_BLOCK, "An answer is required."))
             return
         await ack()
-        await self._decide(body, meta.request_id, "approve", input=answer, channel=meta.channel)
+        decision = self._decide(
+            body, meta.request_id, "approve", input=answer, channel=meta.channel
+        )
+        await self._guarded(body, decision, meta.channel)
 
     @staticmethod
     def _view_value(body: Body, block_id: str, action_id: str) -> str:

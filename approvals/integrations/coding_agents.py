@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals.errors import ApprovalTimeout, InvalidRequest
+from approvals.errors import ApprovalError, ApprovalTimeout, InvalidRequest
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
 
@@ -453,7 +453,10 @@ async def answer_hook(
                 )
     except Exception as e:  # fail closed: never let an unreviewed call through
         log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
-        message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        # An ApprovalError's message is written for agents; anything else may carry internals
+        # (a Redis host and port, a driver's text): only its kind is shown.
+        kind = type(e).__name__
+        message = e.message if isinstance(e, ApprovalError) else f"internal error ({kind})"
         return for_dialect(dialect, output_for_failure(hook_event, str(message)))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
     return for_dialect(dialect, output_for_request(dialect, hook_event, request))

@@ -9,6 +9,10 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 #: Connections one client may open; callers past it wait (up to `pool_timeout`).
 DEFAULT_MAX_CONNECTIONS = 32
+#: How long a command may wait for Redis to answer before it fails (a frozen Redis or a silent
+#: partition then gives a quick 503 / deny instead of a hang). Blocking commands need longer:
+#: XREADGROUP BLOCK stays well under it; the waiter's pub/sub client passes None.
+DEFAULT_SOCKET_TIMEOUT = 3.0
 
 
 def connect(
@@ -17,19 +21,20 @@ def connect(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pool_timeout: float = 20.0,
     client_name: str | None = "approval-bot",
+    socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
 ) -> Redis:
     """A client on a bounded *blocking* pool.
 
     redis-py's default pool raises `MaxConnectionsError` when exhausted; this
-    one makes callers wait instead. `socket_timeout` is off so blocking
-    commands (XREADGROUP BLOCK, pub/sub reads) are bounded by their own
-    timeouts rather than cut at redis-py's default 5 s; connects still time out.
+    one makes callers wait instead. `socket_timeout` bounds every command (a
+    frozen Redis fails fast); a client for pub/sub or long blocking reads
+    passes None, so those are bounded by their own timeouts.
     """
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=pool_timeout,
-        socket_timeout=None,
+        socket_timeout=socket_timeout,
         socket_connect_timeout=5.0,
         socket_keepalive=True,
         health_check_interval=30,

@@ -122,7 +122,8 @@ def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         try:
             return await fn(*args, **kwargs)
         except (RedisConnectionError, RedisTimeoutError) as e:
-            raise StoreUnavailable(f"Redis is unreachable: {e}") from e
+            # The text agents see names no host, port or driver message (kept in the chain).
+            raise StoreUnavailable("the approval store (Redis) is unavailable; try again") from e
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__

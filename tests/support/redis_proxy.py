@@ -10,12 +10,13 @@ from urllib.parse import urlparse
 
 class RedisProxy:
     """`async with RedisProxy(url) as proxied_url:` — then `cut()` / `restore()`,
-    `blackhole()`, or `hold_after(b"HGETALL")` / `release()`."""
+    `blackhole()`, `freeze()` / `thaw()`, or `hold_after(b"HGETALL")` / `release()`."""
 
     def __init__(self, redis_url: str) -> None:
         self.parsed = urlparse(redis_url)
         self.target = (self.parsed.hostname or "127.0.0.1", self.parsed.port or 6379)
         self.down = False
+        self.frozen = False
         self.after: bytes | None = None
         self.holding = asyncio.Event()  # set once a command is being held back
         self._released = asyncio.Event()
@@ -44,6 +45,14 @@ class RedisProxy:
 
     def restore(self) -> None:
         self.down = False
+
+    def freeze(self) -> None:
+        """Stop forwarding in both directions on every connection, open or new (a frozen
+        Redis or a silent partition: connects succeed, nothing ever answers)."""
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self.frozen = False
 
     def blackhole(self) -> None:
         """Every open connection goes silent for good (a half-open TCP connection: the peer
@@ -75,7 +84,7 @@ class RedisProxy:
                         self.holding.set()
                         await self._released.wait()
                     armed = up and self.after is not None and self.after in data.upper()
-                    if client in self._dead:
+                    if client in self._dead or self.frozen:
                         continue
                     dst.write(data)
                     await dst.drain()
