@@ -58,8 +58,14 @@ def requests_for(fake: Fake) -> Iterator[ApprovalRequest]:
         )
         for status, decision in (
             ("denied", Decision.deny(text, by=short or "U2")),
-            ("approved", Decision.approve(by="U2", input=text if config.kind == "input" else None,
-                                          selection=option if config.kind == "choice" else None)),
+            (
+                "approved",
+                Decision.approve(
+                    by="U2",
+                    input=text if config.kind == "input" else None,
+                    selection=option if config.kind == "choice" else None,
+                ),
+            ),
             ("error", Decision.error(text, by="slack")),
             ("cancelled", Decision.deny(text, by=short or "agent")),
         ):

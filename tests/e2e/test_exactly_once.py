@@ -220,3 +220,43 @@ async def test_a_duplicate_that_lands_late_is_drawn_when_the_request_ends(
     await asyncio.sleep(0.3)
     assert not any(has_actions(m) for m in copies_of(slack, rid)), "a copy kept its buttons"
     assert len(slack.calls_to("chat.update")) == 2
+
+
+async def test_without_the_history_scope_a_lost_post_is_sent_again_with_a_warning(
+    make_bot: BotFactory, slack: SlackEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An app installed before channels:history was added: the bot cannot look for the
+    # earlier copy. It must still post (an agent is waiting) and say what to fix.
+    slack.scopes = {"chat:write", "im:write", "usergroups:read"}
+    slack.answer_late_next("chat.postMessage", 1.0)
+    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    assert bot.ctx is not None
+    rid = await submit(bot)
+    await slack.wait_for("chat.postMessage", 2, timeout=10)
+    assert [
+        c.response and c.response.get("error") for c in slack.calls_to("conversations.history")
+    ] == ["missing_scope"]
+    assert any("channels:history" in r.getMessage() for r in caplog.records)
+    for _ in range(100):
+        if (await bot.ctx.store.get(rid)).message is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert (await bot.ctx.store.get(rid)).message is not None
+
+
+async def test_a_replica_holds_at_most_max_in_flight_entries(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Redis, keys: Keys
+) -> None:
+    slack.set_latency(0.2, "chat.postMessage")
+    creator = await make_bot(with_slack=False)
+    rids = [await submit(creator, f"tool{i}") for i in range(12)]
+    bot = await make_bot(dispatcher=fast(max_in_flight=4))
+    assert bot.dispatcher is not None
+    held = []
+    while len(slack.calls_to("chat.postMessage", ok=True)) < len(rids):
+        consumers = await redis.xinfo_consumers(keys.outbox, "bot")
+        held += [int(c["pending"]) for c in consumers if c["name"] == bot.config.consumer]
+        held.append(len(bot.dispatcher._in_flight))
+        await asyncio.sleep(0.03)
+    assert max(held) <= 4, f"held {max(held)} entries at once"
+    assert all(len(copies_of(slack, rid)) == 1 for rid in rids)

@@ -83,6 +83,8 @@ async def test_replica_dying_after_reading_outbox_is_covered_by_another(
     assert req.message is not None and req.message.channel == CHANNEL
     assert await live.ctx.store.get(rid) is not None
     assert await Outbox(redis, keys, "x").pending_count() == 0, "entry acked once handled"
+    consumers = {c["name"] for c in await redis.xinfo_consumers(keys.outbox, "bot")}
+    assert "dead-replica" not in consumers, "a gone consumer is removed from the group"
 
 
 async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(

@@ -434,8 +434,6 @@ FAKES.append(Fake("key_assignment", "pass\u200bword=" + pw, pw))
 FAKES.append(Fake("key_assignment", fullwidth("token:") + pw[::-1], pw[::-1]))
 
 
-
-
 #: A secret shows if any piece this long of it does (or the whole, when shorter).
 PIECE = 12
 
