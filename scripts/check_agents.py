@@ -107,8 +107,16 @@ def install(agent: str, version: str) -> Path:
         timeout=600,
     )
     if done.returncode != 0 or not binary.exists():
-        last = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        print(f"cannot install {package}@{version} from the npm registry: {last[0]}", flush=True)
+        lines = [
+            line.removeprefix("npm error").strip()
+            for line in (done.stderr or done.stdout or "").splitlines()
+            if line.strip() and "complete log" not in line and line.strip() != "npm error"
+        ]
+        why = next((line for line in lines if not line.startswith("code ")), None)
+        why = why or next(iter(lines), "no output")
+        if done.returncode == 0:
+            why = f"the package has no {native} binary for this platform"
+        print(f"cannot install {package}@{version} from the npm registry: {why}", flush=True)
         sys.exit(2)
     return binary
 
