@@ -739,8 +739,9 @@ async def main_async(args: argparse.Namespace) -> int:
             print("\nWhat the model read (the tool result), per row:")
             for row in rows:
                 if row.case != "approve":
+                    asked = "bot asked" if row.outcome.hook_asked else "bot not asked"
                     print(
-                        f"  {row.group} / {row.mode} / {row.case}: "
+                        f"  {row.group} / {row.mode} / {row.case} ({asked}): "
                         f"{first_line(row.outcome.model_read, 150)}"
                     )
             ids = [r for r in rows if r.outcome.call_id and r.group == "PermissionRequest"]
