@@ -32,6 +32,7 @@ import argparse
 import copy
 import difflib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -86,7 +87,8 @@ def bot_wait(agent_timeout: float) -> float:
             f"a hook timeout of {agent_timeout:g} s is too short: use at least "
             f"{MIN_AGENT_TIMEOUT:g} s (the bot answers {MIN_MARGIN_SECONDS:g} s before it)"
         )
-    return agent_timeout - margin(agent_timeout)
+    # Rounded down to 0.1 s: the written number never ends up above the rule.
+    return math.floor((agent_timeout - margin(agent_timeout)) * 10) / 10
 
 
 def consistent(wait: float, agent_timeout: float) -> bool:
@@ -95,7 +97,8 @@ def consistent(wait: float, agent_timeout: float) -> bool:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g}"
+    """`570`, `5.4`: every digit kept (`:g` would round 123456.7 up to 123457)."""
+    return f"{value:.1f}".removesuffix(".0")
 
 
 # -- recognising our hooks -------------------------------------------------------------------
