@@ -43,7 +43,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
-from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from approvals.approval import Approval
@@ -52,6 +51,7 @@ from approvals.errors import ApprovalError
 from approvals.integrations.coding_agents import decision_text
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
+from bot.mcp.stdio import repaired_stdio_server
 from bot.mcp.waiting import WaitOptions, await_decision
 
 log = logging.getLogger(__name__)
@@ -411,7 +411,7 @@ async def run_proxy(upstream: Upstream, approvals: ApprovalClient, options: Prox
         async with upstream.connect(relay) as connected:
             proxy = GatingProxy(connected, approvals, options)
             relay.proxy = proxy
-            async with stdio_server() as (read, write), anyio.create_task_group() as tg:
+            async with repaired_stdio_server() as (read, write), anyio.create_task_group() as tg:
 
                 async def serve() -> None:
                     await proxy.server.run(

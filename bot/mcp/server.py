@@ -348,8 +348,8 @@ class ApprovalsServer:
 
 async def run_stdio(client: ApprovalClient, options: ServerOptions | None = None) -> None:
     """`approval-bot mcp`: serve the tools on stdin/stdout until the client closes them."""
-    from mcp.server.stdio import stdio_server
+    from bot.mcp.stdio import repaired_stdio_server
 
     approvals = ApprovalsServer(lambda ctx: client, options)
-    async with stdio_server() as (read, write):
+    async with repaired_stdio_server() as (read, write):
         await approvals.server.run(read, write, approvals.server.create_initialization_options())
