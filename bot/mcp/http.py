@@ -34,6 +34,7 @@ from approvals.errors import ApprovalTimeout
 from approvals.models import ApprovalConfig, ApprovalEvent
 from bot.context import BotContext
 from bot.mcp.server import ApprovalsServer, ServerOptions
+from bot.mcp.stdio import repair_line
 from bot.mcp.waiting import WaitOptions
 
 log = logging.getLogger(__name__)
@@ -117,9 +118,12 @@ async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
     async def receive() -> Message:
         nonlocal body_done
         if not body_done:
-            chunk, _ = await request.content.readchunk()
-            body_done = request.content.at_eof()
-            return {"type": "http.request", "body": chunk, "more_body": not body_done}
+            # One piece (the SDK caps its size): lone surrogates repaired as on stdio.
+            body = await request.read()
+            body_done = True
+            if body:
+                body = repair_line(body.decode("utf-8", "replace")).encode()
+            return {"type": "http.request", "body": body, "more_body": False}
         # Past the body, ASGI's next message is the disconnect: wait for it (aiohttp has no
         # event for a client that went away while the handler runs, so look now and then).
         while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110

