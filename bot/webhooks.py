@@ -167,7 +167,11 @@ class WebhookWorker:
 
     async def start(self) -> None:
         await self.deliveries.queue.ensure_group()
-        connector = aiohttp.TCPConnector(resolver=self._resolver, limit=self.options.concurrency)
+        # No DNS cache: every connection's addresses are resolved and checked against the
+        # policy as it is then (a SIGHUP may have narrowed it).
+        connector = aiohttp.TCPConnector(
+            resolver=self._resolver, limit=self.options.concurrency, use_dns_cache=False
+        )
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=self.options.timeout),
