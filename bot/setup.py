@@ -64,6 +64,9 @@ DEFAULT_MATCHER: dict[Agent, str] = {
     "codex": "Bash|apply_patch|mcp__.*",
 }
 DEFAULT_TOKEN_VARIABLE = "APPROVALS_TOKEN"
+#: `coding_agents.ON_TIMEOUT`, spelled out to keep this module's imports light (a test keeps
+#: the two equal).
+ON_TIMEOUT_CHOICES = ("deny", "ask", "defer")
 STATUS_MESSAGE = "Waiting for approval in Slack"
 HTTP_HOOK_PATH = "/hooks/claude-code"
 
@@ -463,7 +466,13 @@ def add_arguments(sub: Any) -> None:
             help="the hook timeout written for the agent, seconds (default 600, at least 10); "
             "the bot's --timeout is set below it",
         )
-        a.add_argument("--on-timeout", choices=("deny", "ask"), default="deny")
+        a.add_argument(
+            "--on-timeout",
+            choices=ON_TIMEOUT_CHOICES,
+            default="deny",
+            help="when no decision comes in time: deny (default), ask, or defer (Claude Code "
+            "PreToolUse under -p; a deny elsewhere) — see `approval-bot hook --help`",
+        )
         if agent == "claude-code":
             a.add_argument(
                 "--on-failure-block",

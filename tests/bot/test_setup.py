@@ -16,6 +16,7 @@ from bot import setup_check
 from bot.cli import main
 from bot.settings import VARIABLES
 from bot.setup import (
+    ON_TIMEOUT_CHOICES,
     HookSpec,
     SetupError,
     bot_wait,
@@ -219,6 +220,12 @@ def test_codex_user_scope_writes_codex_home_hooks_json(
     assert mine.handler["statusMessage"] == "Waiting for approval in Slack"
     out = capsys.readouterr().out
     assert "codex not found" in out and "/hooks" in out
+
+
+def test_setup_offers_every_on_timeout_the_hook_knows() -> None:
+    from approvals.integrations.coding_agents import ON_TIMEOUT
+
+    assert ON_TIMEOUT_CHOICES == ON_TIMEOUT
 
 
 # -- the timeout rule ---------------------------------------------------------------------------
