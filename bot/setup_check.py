@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from bot.setup import (
+from bot.hook_settings import (
     AGENT_DEFAULT_TIMEOUT,
     MIN_AGENT_TIMEOUT,
     MIN_MARGIN_SECONDS,

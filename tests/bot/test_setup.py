@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from bot import setup_check
 from bot.cli import main
-from bot.settings import VARIABLES
-from bot.setup import (
+from bot.hook_settings import (
     ON_TIMEOUT_CHOICES,
     HookSpec,
     SetupError,
@@ -25,6 +24,7 @@ from bot.setup import (
     merge,
     plan,
 )
+from bot.settings import VARIABLES
 from bot.setup_check import check_claude_code, check_codex
 
 OTHER_HOOK = {"type": "command", "command": "./lint.sh", "timeout": 30}
