@@ -88,27 +88,26 @@ class _LoopBound:
             )
 
 
-class RedisTransport(_LoopBound):
-    """Straight on the core: `ApprovalService` + `Waiter` over one Redis client."""
+class ServiceTransport(_LoopBound):
+    """Straight on the core: an `ApprovalService` and a `Waiter` that someone else runs (the
+    bot's own, for `/mcp`); `RedisTransport` opens its own.
+
+    `via`: what a cancel is recorded as coming through; `canceller`: who every cancel is
+    recorded as (an authenticated principal), else the caller's `by`.
+    """
 
     def __init__(
         self,
-        redis: Redis,
-        keys: Keys,
+        service: ApprovalService,
+        waiter: Waiter,
         *,
-        policy: Policy | None = None,
-        owns_redis: bool = True,
+        via: str = "api",
+        canceller: str | None = None,
     ) -> None:
-        self.redis = redis
-        self.service = ApprovalService(ApprovalStore(redis, keys), policy)
-        self.waiter = Waiter(redis, keys, store=self.service.store)
-        self._owns_redis = owns_redis
-
-    @classmethod
-    def from_url(
-        cls, url: str, *, prefix: str = "approvals", policy: Policy | None = None
-    ) -> RedisTransport:
-        return cls(connect(url, client_name="approval-client"), Keys(prefix), policy=policy)
+        self.service = service
+        self.waiter = waiter
+        self.via = via
+        self.canceller = canceller
 
     async def request(
         self,
@@ -141,10 +140,38 @@ class RedisTransport(_LoopBound):
         self, request_id: str, *, reason: str | None = None, by: str | None = None
     ) -> Approval:
         self._check_loop()
-        result = await self.service.cancel(request_id, by=by, reason=reason, via="api")
+        result = await self.service.cancel(
+            request_id, by=self.canceller or by, reason=reason, via=self.via
+        )
         if result.status != "decided":
             raise already_decided(result.request)
         return Approval.from_request(result.request)
+
+    async def aclose(self) -> None:
+        return None  # the service and the waiter belong to whoever made them
+
+
+class RedisTransport(ServiceTransport):
+    """Straight on the core: `ApprovalService` + `Waiter` over one Redis client."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        policy: Policy | None = None,
+        owns_redis: bool = True,
+    ) -> None:
+        service = ApprovalService(ApprovalStore(redis, keys), policy)
+        super().__init__(service, Waiter(redis, keys, store=service.store))
+        self.redis = redis
+        self._owns_redis = owns_redis
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "approvals", policy: Policy | None = None
+    ) -> RedisTransport:
+        return cls(connect(url, client_name="approval-client"), Keys(prefix), policy=policy)
 
     async def aclose(self) -> None:
         await self.waiter.stop()
@@ -465,6 +492,7 @@ def transport_factory(env: Mapping[str, str] | None = None) -> TransportFactory:
 __all__ = [
     "HttpTransport",
     "RedisTransport",
+    "ServiceTransport",
     "ThreadedTransport",
     "Transport",
     "TransportFactory",

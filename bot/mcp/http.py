@@ -5,7 +5,7 @@ aiohttp request through it (body in, streamed response out, `http.disconnect`
 when the client goes away, so a dropped call is cancelled and its request
 withdrawn). Every request first passes the HTTP API's bearer-token check
 (`ApprovalsAPI.authorize`): 401/403/503 exactly as `/v1/*`. Tool calls work on
-the bot's own service and waiter (`BotTransport`), so they cost no extra Redis
+the bot's own service and waiter (`bot_transport`), so they cost no extra Redis
 connections and follow the same policy.
 
 Sessions live in the replica that created them (the SDK keeps them in memory):
@@ -27,11 +27,8 @@ from aiohttp import web
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from approvals.approval import Approval, already_decided
-from approvals.callbacks import Callback
 from approvals.client import ApprovalClient
-from approvals.errors import ApprovalTimeout
-from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.transports import ServiceTransport
 from bot.context import BotContext
 from bot.mcp.server import ApprovalsServer, ServerOptions
 from bot.mcp.stdio import repair_line
@@ -50,47 +47,9 @@ ASGIApp = Callable[
 ]
 
 
-class BotTransport:
-    """`Transport` on the bot's own service and waiter (no extra Redis connections)."""
-
-    def __init__(self, ctx: BotContext, principal: str | None = None) -> None:
-        self.ctx = ctx
-        self.principal = principal
-
-    async def request(
-        self,
-        event: ApprovalEvent,
-        config: ApprovalConfig | None,
-        *,
-        channel: str | None,
-        metadata: dict[str, Any] | None,
-        callback: Callback | None = None,
-    ) -> Approval:
-        created = await self.ctx.service.submit(
-            event, config, channel=channel, metadata=metadata, callback=callback
-        )
-        return Approval.from_request(created)
-
-    async def get(self, request_id: str) -> Approval:
-        return Approval.from_request(await self.ctx.store.get(request_id))
-
-    async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
-        if timeout is not None and timeout <= 0:
-            raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
-        return Approval.from_request(await self.ctx.waiter.wait(request_id, timeout))
-
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
-        result = await self.ctx.service.cancel(
-            request_id, by=self.principal or "mcp client", reason=reason, via="mcp"
-        )
-        if result.status != "decided":
-            raise already_decided(result.request)
-        return Approval.from_request(result.request)
-
-    async def aclose(self) -> None:
-        return None
+def bot_transport(ctx: BotContext, principal: str | None = None) -> ServiceTransport:
+    """A `Transport` on the bot's own service and waiter (no extra Redis connections)."""
+    return ServiceTransport(ctx.service, ctx.waiter, via="mcp", canceller=principal or "mcp client")
 
 
 def _scope(request: web.Request) -> Scope:
@@ -179,7 +138,7 @@ class McpEndpoint:
 
     def client_for(self, call: ServerRequestContext[Any, Any]) -> ApprovalClient:
         """The calling token's client; the token was checked before the call reached the SDK."""
-        return ApprovalClient(BotTransport(self.ctx, principal=None))
+        return ApprovalClient(bot_transport(self.ctx))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
