@@ -5,7 +5,7 @@ aiohttp request through it (body in, streamed response out, `http.disconnect`
 when the client goes away, so a dropped call is cancelled and its request
 withdrawn). Every request first passes the HTTP API's bearer-token check
 (`ApprovalsAPI.authorize`): 401/403/503 exactly as `/v1/*`. Tool calls work on
-the bot's own service and waiter (`bot_transport`), so they cost no extra Redis
+the bot's own service and waiter (`BotTransport`), so they cost no extra Redis
 connections and follow the same policy.
 
 Sessions live in the replica that created them (the SDK keeps them in memory):
@@ -47,9 +47,13 @@ ASGIApp = Callable[
 ]
 
 
-def bot_transport(ctx: BotContext, principal: str | None = None) -> ServiceTransport:
+class BotTransport(ServiceTransport):
     """A `Transport` on the bot's own service and waiter (no extra Redis connections)."""
-    return ServiceTransport(ctx.service, ctx.waiter, via="mcp", canceller=principal or "mcp client")
+
+    def __init__(self, ctx: BotContext, principal: str | None = None) -> None:
+        super().__init__(ctx.service, ctx.waiter, via="mcp", canceller=principal or "mcp client")
+        self.ctx = ctx
+        self.principal = principal
 
 
 def _scope(request: web.Request) -> Scope:
@@ -138,7 +142,7 @@ class McpEndpoint:
 
     def client_for(self, call: ServerRequestContext[Any, Any]) -> ApprovalClient:
         """The calling token's client; the token was checked before the call reached the SDK."""
-        return ApprovalClient(bot_transport(self.ctx))
+        return ApprovalClient(BotTransport(self.ctx))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
