@@ -1,5 +1,6 @@
 """No import cycles among the modules of `approvals` and `bot`: every import counts, also one
-inside a function or under `TYPE_CHECKING` (a cycle hidden that way is still a cycle)."""
+inside a function or under `TYPE_CHECKING` (a cycle hidden that way is still a cycle). And
+`approvals` never imports `bot` or the Slack SDK."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("approvals", "bot")
+#: What the library never imports (STYLE: bot → approvals, never back; no Slack SDK).
+BANNED = {"bot", "slack_sdk", "slack_bolt"}
 
 
 def module_name(path: Path) -> str:
@@ -91,3 +94,15 @@ def test_no_import_cycles_in_approvals_and_bot() -> None:
     graph = {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
     assert "approvals.models" in graph["approvals.store.store"]
     assert cycles(graph) == []
+
+
+def test_approvals_never_imports_bot_or_slack() -> None:
+    """Dependencies point one way: bot → approvals; the library needs no Slack SDK."""
+    wrong = []
+    for path in sorted((ROOT / "approvals").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in BANNED]
+    assert wrong == []
