@@ -112,6 +112,12 @@ class Dispatcher:
         for task in tasks:
             task.cancel()
         for task in tasks:
+            # A cancellation that lands inside a Redis read with a socket timeout can come out
+            # as a redis TimeoutError, which the loops treat as a failure and go on: cancel
+            # again until the task has really ended.
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.5)
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
