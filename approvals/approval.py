@@ -49,6 +49,8 @@ class Approval(BaseModel):
     call_id: str | None = None
     session_id: str | None = None
     agent: str | None = None
+    #: Who asked (the API token's principal).
+    principal: str | None = None
     route: str = "default"
     channel: str | None = None
     created_at: datetime
@@ -82,6 +84,7 @@ class Approval(BaseModel):
             call_id=request.event.call_id,
             session_id=request.event.session_id,
             agent=request.event.agent,
+            principal=request.principal,
             route=request.route,
             channel=request.channel,
             created_at=request.created_at,
@@ -146,6 +149,7 @@ class Approval(BaseModel):
                 options=tuple(self.options) if self.options else None,
             ),
             decision=self.to_decision(),
+            principal=self.principal,
             votes=tuple(self.votes),
             metadata=self.metadata,
         )

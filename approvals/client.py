@@ -84,7 +84,7 @@ class ApprovalClient:
         event: ApprovalEvent,
         config: bool | ApprovalConfig | dict[str, Any] | None = None,
         *,
-        channel: str | None = None,
+        route: str | None = None,
         metadata: dict[str, Any] | None = None,
         callback: Callback | dict[str, Any] | None = None,
     ) -> Approval:
@@ -94,7 +94,7 @@ class ApprovalClient:
         return await self.transport.request(
             event,
             normalize_config(config) if config is not None else None,
-            channel=channel,
+            route=route,
             metadata=metadata,
             callback=as_callback(callback),
         )
@@ -108,7 +108,7 @@ class ApprovalClient:
         call_id: str | None = None,
         session_id: str | None = None,
         agent: str | None = None,
-        channel: str | None = None,
+        route: str | None = None,
         metadata: dict[str, Any] | None = None,
         kind: EventKind = "tool",
         callback: Callback | dict[str, Any] | None = None,
@@ -126,9 +126,7 @@ class ApprovalClient:
             )
         except ValidationError as e:
             raise InvalidRequest(f"invalid approval request: {e}", details=e.errors()) from e
-        return await self.submit(
-            event, config, channel=channel, metadata=metadata, callback=callback
-        )
+        return await self.submit(event, config, route=route, metadata=metadata, callback=callback)
 
     async def get(self, request_id: str) -> Approval:
         return await self.transport.get(request_id)
@@ -151,11 +149,9 @@ class ApprovalClient:
             return approval
         return await self.wait(approval.id, timeout)
 
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
+    async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
         """Withdraw a pending request; `AlreadyDecided` if it was decided meanwhile."""
-        return await self.transport.cancel(request_id, reason=reason, by=by)
+        return await self.transport.cancel(request_id, reason=reason)
 
     async def withdraw(self, request_id: str, reason: str = TIMEOUT_REASON) -> Approval | None:
         """Best-effort cancel after the caller stopped waiting; returns the request if a
@@ -257,10 +253,8 @@ class SyncApprovalClient:
             self.aio.request_and_wait(tool_name, arguments, timeout=timeout, **kwargs)
         )
 
-    def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
-        return self._transport.run(self.aio.cancel(request_id, reason=reason, by=by))
+    def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
+        return self._transport.run(self.aio.cancel(request_id, reason=reason))
 
     def __call__(self, request: GateRequest) -> Decision:
         """Sync `require_approval` handler (see `ApprovalClient.__call__`)."""

@@ -5,6 +5,7 @@
     │   └── PayloadTooLarge   a request over the size limit (HTTP 413)
     ├── NotFound              unknown request id (HTTP 404)
     ├── AlreadyDecided        a decision on a request that is no longer pending (HTTP 409)
+    ├── CallIdConflict        a reused call_id with different content (HTTP 409)
     ├── NotAllowed            the actor may not decide this request (HTTP 403)
     ├── ApprovalTimeout       waiting ended before a decision (HTTP 504)
     └── StoreUnavailable      Redis could not be reached (HTTP 503)
@@ -52,6 +53,13 @@ class AlreadyDecided(ApprovalError):
         self.request = request
 
 
+class CallIdConflict(ApprovalError):
+    """A `call_id` seen before, for a request with a different fingerprint: never the old
+    request (its decision applies to what was shown then)."""
+
+    code = "call_id_conflict"
+
+
 class NotAllowed(ApprovalError):
     code = "not_allowed"
 
@@ -70,6 +78,7 @@ HTTP_STATUS: tuple[tuple[type[ApprovalError], int], ...] = (
     (PayloadTooLarge, 413),
     (InvalidRequest, 422),
     (NotFound, 404),
+    (CallIdConflict, 409),  # before AlreadyDecided: a bare 409 reads back as AlreadyDecided
     (AlreadyDecided, 409),
     (NotAllowed, 403),
     (StoreUnavailable, 503),
@@ -91,6 +100,7 @@ _BY_STATUS: dict[int, type[ApprovalError]] = {
 _BY_CODE: dict[str, type[ApprovalError]] = {
     cls.code: cls
     for cls in (
+        CallIdConflict,
         InvalidRequest,
         PayloadTooLarge,
         NotFound,

@@ -6,6 +6,7 @@ serialised with `model_dump_json` and read back with `model_validate_json`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ TERMINAL_STATUSES: frozenset[str] = frozenset(
     {"approved", "denied", "expired", "cancelled", "error"}
 )
 
-#: The largest serialised event (tool arguments included) the store accepts.
-MAX_EVENT_BYTES = 256 * 1024
+#: The largest serialised event (tool arguments included) the store accepts: 2 MiB, so a
+#: 1 MiB file write (escaped as JSON) is reviewed, not refused. Slack shows it truncated.
+MAX_EVENT_BYTES = 2 * 1024 * 1024
 #: Longest free text a reviewer or caller may attach (reason, input, prompt).
 MAX_TEXT = 3000
 #: Slack shows at most this many characters on a button.
@@ -228,6 +230,10 @@ class ApprovalRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     #: Where to POST the signed approval object once decided (`approvals/callbacks.py`).
     callback: Callback | None = None
+    #: Who asked: the API token's principal (None: a trusted in-process or Redis caller).
+    principal: str | None = Field(default=None, max_length=64)
+    #: The route the caller asked for (a policy route name), if any.
+    requested_route: str | None = Field(default=None, max_length=100)
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:
@@ -241,13 +247,37 @@ class ApprovalRequest(BaseModel):
     def is_pending(self) -> bool:
         return self.status == "pending"
 
+    @property
+    def fingerprint(self) -> str:
+        """What a decision on this request applies to, as a hash: the tool, its canonical
+        arguments, the event kind and every other field the reviewer is shown, the session,
+        the principal, and what kind of answer is asked for. A reused `call_id` must match it."""
+        e, c = self.event, self.config
+        content = {
+            "tool": e.tool_name,
+            "arguments": e.arguments,
+            "kind": e.kind,
+            "command": e.command,
+            "path": e.path,
+            "cwd": e.cwd,
+            "permissions": e.permissions,
+            "session": e.session_id,
+            "agent": e.agent,
+            "principal": self.principal,
+            "route": self.requested_route,
+            "answer": [c.kind, list(c.options or ()), c.prompt],
+        }
+        canonical = json.dumps(
+            content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
 def check_event_size(event: ApprovalEvent) -> int:
     """Raise `PayloadTooLarge` when the serialised event passes `MAX_EVENT_BYTES`."""
     size = len(event.model_dump_json().encode())
     if size > MAX_EVENT_BYTES:
         raise PayloadTooLarge(
-            f"request is {size} bytes; the limit is {MAX_EVENT_BYTES} bytes (256 KiB)"
+            f"request is {size} bytes; the limit is {MAX_EVENT_BYTES} bytes (2 MiB)"
         )
     return size
 

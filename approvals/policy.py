@@ -188,6 +188,9 @@ class Route(BaseModel):
     #: Escalate only while the request has been escalated fewer times than this.
     max_escalations: int = Field(default=3, ge=1, le=10)
     allow_for_session: bool = False
+    #: Offer "approve every call of this tool for the session" (otherwise only this exact
+    #: call, or a command prefix for shell tools).
+    allow_tool_grants: bool = False
     dm_reviewers: bool = False
 
 
@@ -206,6 +209,22 @@ class Rule(BaseModel):
     sensitivity: Sensitivity | None = None
     #: `ask` only: approvals needed, instead of the route's quorum.
     quorum: int | None = Field(default=None, ge=1, le=MAX_QUORUM)
+
+
+class PrincipalLink(BaseModel):
+    """A principal (an API token's name) tied to the person its agent acts for."""
+
+    model_config = _FROZEN
+
+    #: That person's Slack user id: they may not decide their own agent's requests.
+    slack_user: Annotated[str, AfterValidator(_reviewer_id)]
+
+    @field_validator("slack_user")
+    @classmethod
+    def _user_not_group(cls, value: str) -> str:
+        if value.startswith("S"):
+            raise ValueError(f"{value!r} is a user group; give the person's user id (U…, W…)")
+        return value
 
 
 class PolicyDefaults(BaseModel):
@@ -268,6 +287,8 @@ class Policy(BaseModel):
     defaults: PolicyDefaults = Field(default_factory=PolicyDefaults)
     #: Where decision callbacks may go (`approvals/callbacks.py`); none by default.
     callbacks: CallbackPolicy = Field(default_factory=CallbackPolicy)
+    #: API principals tied to the person they act for (`{ci-agent: {slack_user: U…}}`).
+    principals: dict[str, PrincipalLink] = Field(default_factory=dict)
 
     def deadline_for(self, route: Route) -> float | None:
         """The route's deadline, else the policy default (None: no policy deadline)."""
@@ -275,10 +296,21 @@ class Policy(BaseModel):
             return route.deadline_seconds
         return self.defaults.deadline_seconds
 
+    def slack_user_of(self, principal: str | None) -> str | None:
+        """The Slack user a principal acts for (who may then not decide its requests)."""
+        link = self.principals.get(principal) if principal else None
+        return link.slack_user if link else None
+
     def evaluate(
-        self, event: ApprovalEvent, config: ApprovalConfig | None = None
+        self,
+        event: ApprovalEvent,
+        config: ApprovalConfig | None = None,
+        *,
+        requested_route: str | None = None,
     ) -> PolicyDecision:
-        """Fold every matching rule into one decision; no match → ask on the default route."""
+        """Fold every matching rule into one decision; no match → ask on the default route
+        (or on `requested_route`, a route the caller named; a rule's route and a sensitivity
+        route still win over it)."""
         config = config or ApprovalConfig()
         matched = [r for r in self.rules if r.match.matches(event, config.sensitivity)]
         merged = merge_outcomes(RuleOutcome(decision=r.action, reason=_reason(r)) for r in matched)
@@ -296,8 +328,12 @@ class Policy(BaseModel):
         if action != "ask":
             return decision
         best = max(winners, key=self._rule_quorum, default=None)  # first of the strictest
-        route_name = (best.route if best else None) or DEFAULT_ROUTE
-        quorum = self._rule_quorum(best) if best else self._route_quorum(route_name)
+        fallback = requested_route if requested_route in self.routes else DEFAULT_ROUTE
+        named = best.route if best else None
+        route_name = named or fallback
+        quorum = self._rule_quorum(best) if best and named else self._route_quorum(route_name)
+        if best and not named and best.quorum:
+            quorum = best.quorum
         strict_name = self._sensitivity_route(sensitivity)
         if strict_name is not None:
             route_name = strict_name

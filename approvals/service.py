@@ -70,8 +70,9 @@ class ApprovalService:
         event: ApprovalEvent,
         config: ApprovalConfig | None = None,
         *,
+        principal: str | None = None,
+        route: str | None = None,
         requester: str | None = None,
-        channel: str | None = None,
         metadata: dict[str, Any] | None = None,
         callback: Callback | None = None,
     ) -> ApprovalRequest:
@@ -79,8 +80,9 @@ class ApprovalService:
         result = await self.create(
             event,
             config,
+            principal=principal,
+            route=route,
             requester=requester,
-            channel=channel,
             metadata=metadata,
             callback=callback,
         )
@@ -91,24 +93,44 @@ class ApprovalService:
         event: ApprovalEvent,
         config: ApprovalConfig | None = None,
         *,
+        principal: str | None = None,
+        route: str | None = None,
         requester: str | None = None,
-        channel: str | None = None,
         metadata: dict[str, Any] | None = None,
         callback: Callback | None = None,
     ) -> CreateResult:
-        """Create the request for `event`. A policy `allow`/`deny` or a session grant decides it
-        at once (audited, never posted); otherwise it is posted to its route's channel.
-        `created` is false when the event's call_id had already made a request.
-        A `callback` the policy does not allow is `InvalidRequest` (nothing is stored)."""
+        """Create the request for `event`, asked by `principal` (the caller's identity, from
+        its credentials; None for trusted in-process callers). A policy `allow`/`deny` or a
+        session grant decides it at once (audited, never posted); otherwise it is posted to
+        its route's channel. `route` names a policy route to ask on when no rule names one
+        (`InvalidRequest` for a route the policy does not have); rules and sensitivity routes
+        still win, so a caller cannot pick a laxer route than the policy's. `created` is
+        false when the principal's call_id had already made this same request
+        (`CallIdConflict` when it made a different one). A `callback` the policy does not
+        allow is `InvalidRequest` (nothing is stored).
+
+        The person who may not decide it (`requester`) is the Slack user the policy ties
+        `principal` to; `requester` adds one for trusted in-process callers only (the HTTP
+        API never takes it from a caller)."""
         if callback is not None:
             self.policy.callbacks.check(callback)
         config = config or ApprovalConfig()
-        decision = self.policy.evaluate(event, config)
-        route = decision.route
+        if route is not None and route not in self.policy.routes:
+            known = ", ".join(sorted(self.policy.routes)) or "none"
+            raise InvalidRequest(
+                f"unknown route {route[:100]!r}; the policy's routes are: {known[:1000]}",
+                details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
+            )
+        decision = self.policy.evaluate(event, config, requested_route=route)
+        policy_route = decision.route
         effective = config
         if decision.sensitivity != config.sensitivity:
             effective = config.model_copy(update={"sensitivity": decision.sensitivity})
-        if route is not None and route.allow_for_session and not effective.allow_for_session:
+        if (
+            policy_route is not None
+            and policy_route.allow_for_session
+            and not effective.allow_for_session
+        ):
             effective = effective.model_copy(update={"allow_for_session": True})
         # The route's deadline wins over the caller's: an agent must not shorten it to reach
         # an `on_timeout: approve` sooner.
@@ -117,10 +139,12 @@ class ApprovalService:
             event=event,
             config=effective,
             route=decision.route_name or "default",
-            channel=channel or (route.channel if route else None),
-            reviewers=tuple(route.reviewers) if route else (),
+            channel=policy_route.channel if policy_route else None,
+            reviewers=tuple(policy_route.reviewers) if policy_route else (),
             quorum=decision.quorum if decision.action == "ask" else 1,
-            requester=requester,
+            requester=self.policy.slack_user_of(principal) or requester,
+            principal=principal,
+            requested_route=route,
             metadata=metadata or {},
             callback=callback,
             deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,

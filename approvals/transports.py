@@ -10,6 +10,7 @@ a thread; `transport_factory` picks one from the environment.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ class Transport(Protocol):
         event: ApprovalEvent,
         config: ApprovalConfig | None,
         *,
-        channel: str | None,
+        route: str | None,
         metadata: dict[str, Any] | None,
         callback: Callback | None = None,
     ) -> Approval: ...
@@ -65,9 +66,7 @@ class Transport(Protocol):
 
     async def wait(self, request_id: str, timeout: float | None) -> Approval: ...  # noqa: ASYNC109
 
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval: ...
+    async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval: ...
 
     async def aclose(self) -> None: ...
 
@@ -92,8 +91,9 @@ class ServiceTransport(_LoopBound):
     """Straight on the core: an `ApprovalService` and a `Waiter` that someone else runs (the
     bot's own, for `/mcp`); `RedisTransport` opens its own.
 
-    `via`: what a cancel is recorded as coming through; `canceller`: who every cancel is
-    recorded as (an authenticated principal), else the caller's `by`.
+    `via`: what a cancel is recorded as coming through; `canceller`: the authenticated
+    principal every request is asked by and every cancel is recorded as (None: a trusted
+    in-process caller, whose requests and cancels name no one).
     """
 
     def __init__(
@@ -114,13 +114,18 @@ class ServiceTransport(_LoopBound):
         event: ApprovalEvent,
         config: ApprovalConfig | None,
         *,
-        channel: str | None,
+        route: str | None,
         metadata: dict[str, Any] | None,
         callback: Callback | None = None,
     ) -> Approval:
         self._check_loop()
         submitted = await self.service.submit(
-            event, config, channel=channel, metadata=metadata, callback=callback
+            event,
+            config,
+            principal=self.canceller,
+            route=route,
+            metadata=metadata,
+            callback=callback,
         )
         return Approval.from_request(submitted)
 
@@ -136,12 +141,11 @@ class ServiceTransport(_LoopBound):
             raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
         return Approval.from_request(await self.waiter.wait(request_id, timeout))
 
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
+    async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
         self._check_loop()
+        # Attributed to the authenticated principal, if any: never to a name the caller gives.
         result = await self.service.cancel(
-            request_id, by=self.canceller or by, reason=reason, via=self.via
+            request_id, by=self.canceller, reason=reason, via=self.via
         )
         if result.status != "decided":
             raise already_decided(result.request)
@@ -208,6 +212,7 @@ class HttpTransport(_LoopBound):
     ) -> None:
         self.url = url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._json_headers = {**self._headers, "Content-Type": "application/json"}
         self.poll_seconds = min(poll_seconds, MAX_POLL_SECONDS)
         self.request_timeout = request_timeout
         self._session = session
@@ -231,12 +236,15 @@ class HttpTransport(_LoopBound):
         url = self.url + path
         limit = aiohttp.ClientTimeout(total=timeout or self.request_timeout)
         try:
+            # The body as a file: events may be megabytes (aiohttp warns about large raw bodies).
+            payload = None if body is None else io.BytesIO(json.dumps(body).encode())
+            headers = self._headers if body is None else self._json_headers
             async with self._session.request(
                 method,
                 url,
-                json=body,
+                data=payload,
                 params=params,
-                headers=self._headers,
+                headers=headers,
                 timeout=limit,
             ) as response:
                 text = await response.text()
@@ -266,11 +274,11 @@ class HttpTransport(_LoopBound):
         event: ApprovalEvent,
         config: ApprovalConfig | None,
         *,
-        channel: str | None,
+        route: str | None,
         metadata: dict[str, Any] | None,
         callback: Callback | None = None,
     ) -> Approval:
-        body = request_body(event, config, channel=channel, metadata=metadata, callback=callback)
+        body = request_body(event, config, route=route, metadata=metadata, callback=callback)
         return self._approval(await self._call("POST", "/v1/approvals", body=body))
 
     async def get(self, request_id: str) -> Approval:
@@ -307,10 +315,9 @@ class HttpTransport(_LoopBound):
             if end is not None and loop.time() >= end:
                 raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s")
 
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
-        body = {k: v for k, v in (("reason", reason), ("by", by)) if v} or None
+    async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
+        # No `by`: the bot attributes a cancel to the token's principal.
+        body = {"reason": reason} if reason else None
         return self._approval(
             await self._call("POST", f"/v1/approvals/{request_id}/cancel", body=body)
         )
@@ -325,7 +332,7 @@ def request_body(
     event: ApprovalEvent,
     config: ApprovalConfig | None,
     *,
-    channel: str | None,
+    route: str | None,
     metadata: dict[str, Any] | None,
     callback: Callback | None = None,
 ) -> dict[str, Any]:
@@ -342,7 +349,7 @@ def request_body(
         "call_id": event.call_id,
         "session_id": event.session_id,
         "agent": event.agent,
-        "channel": channel,
+        "route": route,
         "metadata": metadata or None,
         "event_kind": event.kind,
         "command": event.command,
@@ -395,12 +402,12 @@ class ThreadedTransport:
         event: ApprovalEvent,
         config: ApprovalConfig | None,
         *,
-        channel: str | None,
+        route: str | None,
         metadata: dict[str, Any] | None,
         callback: Callback | None = None,
     ) -> Approval:
         return await self._on_loop(
-            self.inner.request(event, config, channel=channel, metadata=metadata, callback=callback)
+            self.inner.request(event, config, route=route, metadata=metadata, callback=callback)
         )
 
     async def get(self, request_id: str) -> Approval:
@@ -409,10 +416,8 @@ class ThreadedTransport:
     async def wait(self, request_id: str, timeout: float | None) -> Approval:  # noqa: ASYNC109
         return await self._on_loop(self.inner.wait(request_id, timeout))
 
-    async def cancel(
-        self, request_id: str, *, reason: str | None = None, by: str | None = None
-    ) -> Approval:
-        return await self._on_loop(self.inner.cancel(request_id, reason=reason, by=by))
+    async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
+        return await self._on_loop(self.inner.cancel(request_id, reason=reason))
 
     async def aclose(self) -> None:
         if self._closed:

@@ -6,20 +6,21 @@
     POST /hooks/claude-code           Claude Code `http` hook: hook JSON in, hook output out
     GET  /openapi.json                OpenAPI 3.1, generated from the models (`bot.schemas`)
 
-`/v1/*` and `/hooks/*` need `Authorization: Bearer <token>` (one of
-`ctx.api_tokens`); with no token configured they answer 503 — never open by
-default. Every error is `{"error": {"code", "message", "details"?}}`, mapped
-from the `approvals.errors` tree in one place, `error_middleware`.
+`/v1/*` need `Authorization: Bearer <token>` (one of `ctx.api_tokens` or
+`ctx.admin_tokens`, see `bot.principals`); with no token configured they
+answer 503 — never open by default. A token sees only its own principal's
+requests (another's is a 404, like an unknown id); an admin token sees all.
+`/hooks/claude-code` (`bot.hook_endpoint`) checks the same tokens but answers
+every problem with a deny, HTTP 200. Every error is `{"error": {"code",
+"message", "details"?}}`, mapped from the `approvals.errors` tree in one
+place, `error_middleware`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import json
 import logging
 import math
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,25 +34,17 @@ from approvals.errors import (
     ApprovalError,
     ApprovalTimeout,
     InvalidRequest,
+    NotFound,
     PayloadTooLarge,
     http_status,
 )
-from approvals.integrations.coding_agents import (
-    DEFAULT_HOOK_TIMEOUT,
-    ON_TIMEOUT,
-    HookEvent,
-    OnTimeout,
-    answer_hook,
-    error_details,
-    hook_metadata,
-    output_for_failure,
-    parse_hook_input,
-    time_budget,
-)
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.integrations.coding_agents import MAX_JSON_DEPTH, error_details, json_depth
+from approvals.integrations.hook_input import loads
+from approvals.models import ApprovalRequest
 from bot.context import BotContext
+from bot.hook_endpoint import ClaudeCodeHook
+from bot.principals import AuthProblem, Principal, Principals
 from bot.schemas import (
-    MAX_HOOK_TIMEOUT,
     CancelApproval,
     CreateApproval,
     approval_object,
@@ -63,9 +56,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _CHUNK = 64 * 1024
-#: Deepest nesting of objects and arrays a body may have (Redis records are serialised JSON).
-MAX_JSON_DEPTH = 64
-_HOOK_EVENT = re.compile(rb'"hook_event_name"\s*:\s*"(PreToolUse|PermissionRequest)"')
+#: Where `ApprovalsAPI.guard` keeps the caller's principal on the request.
+PRINCIPAL = web.RequestKey("principal", Principal)
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -145,59 +137,34 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 # -- request helpers ------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-class BodyTooLarge(PayloadTooLarge):
-    """A body over the size limit; `head`: its first bytes, when asked for (a hook's event)."""
-
-    def __init__(self, limit: int, head: bytes = b"") -> None:
-        super().__init__(f"request body is over the limit of {limit} bytes")
-        self.head = head
-
-
-def json_depth(value: Any) -> int:
-    """How deeply objects and arrays nest in `value` (a scalar is 0)."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth + 1)
-            stack.extend(
-                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
-            )
-    return deepest
-
-
 async def read_json(
     request: web.Request,
     limit: int,
     *,
     required: bool = True,
-    keep_head: bool = False,
-    max_depth: int | None = MAX_JSON_DEPTH,
+    max_depth: int = MAX_JSON_DEPTH,
 ) -> Any:
-    """The JSON body, read at most `limit` bytes: 413 past it (`keep_head`: with its first
-    bytes), 400 if it is not JSON (or empty when `required`; an empty optional body is None),
-    422 if it nests deeper than `max_depth`."""
+    """The JSON body, read at most `limit` bytes: 413 past it, 400 if it is not JSON (or empty
+    when `required`; an empty optional body is None), 422 if it nests deeper than
+    `max_depth`. Lone surrogates in strings are read as U+FFFD
+    (`approvals.integrations.hook_input`)."""
+    too_large = PayloadTooLarge(f"request body is over the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(limit, await request.content.read(_CHUNK) if keep_head else b"")
+        raise too_large
     body = bytearray()
     async for chunk in request.content.iter_chunked(_CHUNK):
         body.extend(chunk)
         if len(body) > limit:
-            raise BodyTooLarge(limit, bytes(body[:_CHUNK]) if keep_head else b"")
+            raise too_large
     if not body.strip():
         if required:
             raise APIError(400, "invalid_json", "request body is empty; send a JSON object")
         return None
     try:
-        data = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-        json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
-    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeError are ValueErrors
+        data = loads(bytes(body))  # lone surrogates read as U+FFFD, as Node writes them
+    except ValueError as e:
         raise APIError(400, "invalid_json", f"request body is not valid JSON: {e}") from e
-    if max_depth is not None and json_depth(data) > max_depth:  # the store could not store it
+    if json_depth(data) > max_depth:  # the store could not store it
         raise InvalidRequest(f"request body is nested deeper than {max_depth} levels")
     return data
 
@@ -226,6 +193,7 @@ class ApprovalsAPI:
 
     def __init__(self, ctx: BotContext) -> None:
         self.ctx = ctx
+        self.principals = Principals(ctx.api_tokens, ctx.admin_tokens)
         self.document = openapi_document()
 
     def guard(self, handler: Handler) -> Handler:
@@ -237,42 +205,38 @@ class ApprovalsAPI:
 
         return guarded
 
-    def authorize(self, request: web.Request) -> None:
-        tokens = self.ctx.api_tokens
-        if not tokens:
-            raise APIError(
-                503,
-                "api_disabled",
-                "the HTTP API is disabled: set "
-                "APPROVALS_API_TOKENS to one or more comma-separated bearer tokens",
+    def authorize(self, request: web.Request) -> Principal:
+        """The caller's principal, from its bearer token (also kept on the request)."""
+        try:
+            principal = self.principals.authenticate(request.headers.get("Authorization"))
+        except AuthProblem as e:
+            headers = (
+                {"WWW-Authenticate": 'Bearer realm="approval-bot"'} if e.status == 401 else None
             )
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.strip().partition(" ")
-        given = given.strip()
-        if scheme.lower() != "bearer" or not given:
-            raise APIError(
-                401,
-                "unauthorized",
-                "send 'Authorization: Bearer <token>'",
-                headers={"WWW-Authenticate": 'Bearer realm="approval-bot"'},
-            )
-        presented = given.encode("utf-8", "replace")
-        matched = False
-        for token in tokens:  # every token compared, in constant time
-            matched |= hmac.compare_digest(presented, token.encode("utf-8", "replace"))
-        if not matched:
-            raise APIError(403, "forbidden", "the bearer token is not valid for this API")
+            raise APIError(e.status, e.code, e.message, headers=headers) from None
+        request[PRINCIPAL] = principal
+        return principal
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(self.document)
 
+    async def _own(self, request: web.Request, request_id: str) -> ApprovalRequest:
+        """The request, if the caller may see it; another principal's is `NotFound` (404),
+        exactly like an unknown id, so ids of others' requests reveal nothing."""
+        principal: Principal = request[PRINCIPAL]
+        found = await self.ctx.store.get(request_id)
+        if not principal.may_see(found.principal):
+            raise NotFound(f"no approval request with id {request_id!r}")
+        return found
+
     async def create(self, request: web.Request) -> web.Response:
+        principal: Principal = request[PRINCIPAL]
         body = CreateApproval.model_validate(await read_json(request, self.ctx.max_body_bytes))
         result = await self.ctx.service.create(
             body.event(),
             body.config(),
-            requester=body.requester,
-            channel=body.channel,
+            principal=principal.name,
+            route=body.route,
             metadata=body.metadata,
             callback=body.callback,
         )
@@ -288,87 +252,31 @@ class ApprovalsAPI:
         request_id = request.match_info["id"]
         wait = _number(request, "wait", 0.0, 0.0, 24 * 3600.0)
         wait = min(wait, self.ctx.max_wait_seconds)
-        if wait > 0:
+        found = await self._own(request, request_id)
+        if wait > 0 and found.is_pending:
             try:
                 found = await self.ctx.waiter.wait(request_id, wait)
             except ApprovalTimeout:
                 found = await self.ctx.store.get(request_id)
-        else:
-            found = await self.ctx.store.get(request_id)
         return web.json_response(approval_object(found))
 
     async def cancel(self, request: web.Request) -> web.Response:
+        """Withdraw a pending request, attributed to the caller's principal (never to a name
+        the caller writes)."""
+        principal: Principal = request[PRINCIPAL]
         request_id = request.match_info["id"]
         body = CancelApproval.model_validate(
             await read_json(request, self.ctx.max_body_bytes, required=False) or {}
         )
+        await self._own(request, request_id)
         result = await self.ctx.service.cancel(
-            request_id, by=body.by, reason=body.reason, via="api"
+            request_id, by=principal.name, reason=body.reason, via="api"
         )
         if result.status != "decided":
             raise AlreadyDecided(
                 f"request {request_id} is already {result.request.status}", request=result.request
             )
         return web.json_response(approval_object(result.request))
-
-    async def claude_code_hook(self, request: web.Request) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        hook_timeout = _number(request, "timeout", DEFAULT_HOOK_TIMEOUT, 1.0, MAX_HOOK_TIMEOUT)
-        on_timeout = request.query.get("on_timeout", "deny")
-        if on_timeout not in ON_TIMEOUT:
-            message = "query parameter 'on_timeout' must be 'deny', 'ask' or 'defer'"
-            raise APIError(
-                422,
-                "invalid_request",
-                message,
-                [{"loc": ["query", "on_timeout"], "msg": message, "type": "enum"}],
-            )
-        try:
-            # Too deep for the store: `answer_hook` denies it like any call it cannot submit.
-            payload = await read_json(
-                request, self.ctx.max_body_bytes, keep_head=True, max_depth=None
-            )
-        except BodyTooLarge as e:
-            # Claude Code runs the tool when an http hook answers non-2xx: deny it instead,
-            # shaped for the event the body names.
-            found = _HOOK_EVENT.search(e.head)
-            event: HookEvent = (
-                "PermissionRequest" if found and found[1] == b"PermissionRequest" else "PreToolUse"
-            )
-            log.warning("hook input too large limit=%d event=%s", self.ctx.max_body_bytes, event)
-            return web.json_response(output_for_failure(event, f"too large to review: {e.message}"))
-        parse_hook_input(payload)  # a bad payload is a 422 before anything is stored
-        metadata = hook_metadata(payload)
-        # The request's deadline is when the hook stops waiting, so reviewers see the real one;
-        # with defer the agent comes back for the answer later: the route's deadline.
-        deferring = on_timeout == "defer"
-        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=hook_timeout)
-
-        async def submit(event: ApprovalEvent) -> ApprovalRequest:
-            return await self.ctx.service.submit(event, config, metadata=metadata)
-
-        async def cancel(request_id: str, reason: str) -> ApprovalRequest:
-            result = await self.ctx.service.cancel(
-                request_id, by="claude-code hook", reason=reason, via="hook"
-            )
-            return result.request
-
-        budget = time_budget(hook_timeout) - (loop.time() - started)
-        mode: OnTimeout = next(m for m in ON_TIMEOUT if m == on_timeout)
-        output = await answer_hook(
-            "claude-code",
-            payload,
-            submit,
-            self.ctx.waiter.wait,
-            timeout=budget,
-            on_timeout=mode,
-            cancel=cancel,
-        )
-        self.ctx.count("hook_calls")
-        if output is None:
-            return web.Response(status=204)  # "2xx with an empty body": no decision
-        return web.json_response(output)
 
 
 def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
@@ -378,5 +286,6 @@ def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     app.router.add_post("/v1/approvals", api.guard(api.create))
     app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
-    app.router.add_post("/hooks/claude-code", api.guard(api.claude_code_hook))
+    # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).
+    app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, api.principals).handle)
     return api

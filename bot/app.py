@@ -57,6 +57,7 @@ class BotConfig:
     slack_app_token: str | None = field(default=None, repr=False)
     slack_api_url: str = "https://slack.com/api/"
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    admin_tokens: tuple[str, ...] = field(default=(), repr=False)
     default_channel: str | None = None
     reviewers: tuple[str, ...] = ()
     policy_file: Path | None = None
@@ -136,6 +137,7 @@ class Bot:
             service=service,
             waiter=waiter,
             api_tokens=cfg.api_tokens,
+            admin_tokens=cfg.admin_tokens,
             slack=slack,
         )
         self._waiter_redis = waiter_redis
@@ -357,6 +359,7 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
         slack_app_token=secret(settings.slack_app_token),
         slack_api_url=settings.slack_api_url,
         api_tokens=tuple(t.get_secret_value() for t in settings.approvals_api_tokens),
+        admin_tokens=tuple(t.get_secret_value() for t in settings.approvals_admin_tokens),
         default_channel=settings.approvals_default_channel,
         reviewers=tuple(settings.approvals_reviewers),
         policy_file=settings.approvals_policy_file,

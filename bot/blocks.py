@@ -93,6 +93,12 @@ def who(actor: str | None) -> str:
     return clip_escaped(mask_text(actor), 200)
 
 
+def plain(name: str) -> str:
+    """A name from credentials (an API principal) as text: never a mention, even when it
+    looks like a Slack user id."""
+    return clip_escaped(mask_text(name), 200)
+
+
 def where(channel: str) -> str:
     """A Slack channel id as a channel link; a name as text."""
     match = _CHANNEL_ID.match(channel)
@@ -190,6 +196,8 @@ def _summary(v: _View) -> list[Block]:
         about.append(f"*Agent:* {clip_escaped(mask_text(event.agent), 200)}")
     if event.session_id:
         about.append(f"*Session:* `{clip_escaped(mask_text(event.session_id), 200)}`")
+    if req.principal:
+        about.append(f"*Asked by:* {plain(req.principal)}")
     if req.requester:
         about.append(f"*Requested by:* {who(req.requester)}")
     route = f"*Route:* {clip_escaped(req.route, 100)}"
@@ -326,7 +334,9 @@ def _outcome(v: _View, now: datetime) -> tuple[str, str]:
     elif req.status == "expired":
         line, word = f"⌛ Expired at {at}", "Expired"
     elif req.status == "cancelled":
-        line, word = f"🚫 Cancelled{by} at {at}", "Cancelled"
+        # Withdrawn by the agent's principal (from its token), named as text, never a mention.
+        by = f" by {plain(d.decided_by)}" if d and d.decided_by else ""
+        line, word = f"🚫 Withdrawn{by} at {at}", "Withdrawn"
     else:
         line, word = "⏳ Waiting for a decision", "Pending"
     if reason:
@@ -355,7 +365,10 @@ def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Mes
         meta.append(f"via {clip_escaped(d.via, 50)}")
     if meta:
         blocks.append(_context(*meta))
-    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    if d and d.decided_by:
+        by = f" by {plain(d.decided_by) if req.status == 'cancelled' else who(d.decided_by)}"
+    else:
+        by = ""
     return {"text": _fallback(f"{word}{by}: ", v), "blocks": _finish(blocks)}
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from approvals.client import ApprovalClient
 from approvals.errors import (
@@ -33,7 +32,7 @@ from approvals.errors import (
     NotFound,
     StoreUnavailable,
 )
-from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, parse_hook_input
+from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
 from approvals.policy_file import PolicyError, build_policy
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
@@ -44,7 +43,6 @@ from bot.commands import (
     CliError,
     cmd_audit,
     cmd_decide,
-    cmd_hook,
     cmd_pending,
     cmd_request,
     cmd_show,
@@ -121,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--call-id", help="retrying with the same id finds the same request")
     p.add_argument("--session-id")
     p.add_argument("--agent", default="cli")
-    p.add_argument("--channel")
+    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
     p.add_argument("--wait", type=duration, help="seconds to wait (default: until decided)")
     p.add_argument("--json", action="store_true", help="print the approval object")
 
@@ -169,10 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         h = hooks.add_parser(name, help=f"{agent} PreToolUse / PermissionRequest command hook")
         h.add_argument(
             "--timeout",
-            type=positive_duration,
             default=DEFAULT_HOOK_TIMEOUT,
-            help="seconds to wait for a decision; must stay below the hook's timeout in the "
-            "agent's settings (else the agent kills the hook and runs the call)",
+            help=(
+                "the hook's timeout in the agent's settings, seconds (answers before it; "
+                f"default {DEFAULT_HOOK_TIMEOUT:g}, clamped into range, never refused)"
+            ),
         )
         h.add_argument("--on-timeout", choices=("deny", "ask", "defer"), default="deny")
     add_setup_arguments(sub)
@@ -240,22 +239,9 @@ def open_client(settings: Settings) -> ApprovalClient:
 # -- entry point ---------------------------------------------------------------------------------
 
 
-def read_hook_input(stream: TextIO) -> Any:
-    text = stream.read()
-    try:
-        payload = json.loads(text)
-    except ValueError as e:
-        raise CliError(f"invalid hook input: stdin is not JSON ({e})") from e
-    parse_hook_input(payload)  # InvalidRequest names the fields at fault
-    return payload
-
-
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    if args.command in ("request", "hook"):
-        payload = read_hook_input(sys.stdin) if args.command == "hook" else None
+    if args.command == "request":
         async with open_client(settings) as client:
-            if args.command == "hook":
-                return await cmd_hook(args, client, payload, out)
             return await cmd_request(args, client, out)
     store = await open_store(settings)
     try:
@@ -319,12 +305,16 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     arguments are this process's own) it is the process's spawn, as the agent
     measures it; called with `argv` from a longer-lived process (a test, an
     embedding program) it is this call."""
+    if started is None:
+        started = process_started() if argv is None else time.monotonic()
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["hook"] and not {"-h", "--help"} & set(given):
+        # Hooks never fail open: always exit 0 with a decision (bot.hook_command).
+        from bot import hook_command
+
+        return hook_command.main(given, started=started)
     args = build_parser().parse_args(argv)
-    args.started = (
-        started
-        if started is not None
-        else (process_started() if argv is None else time.monotonic())
-    )
+    args.started = started
     try:
         settings = load_settings()
     except SettingsError as e:

@@ -14,13 +14,12 @@ import os
 import sys
 import time
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 from approvals.approval import Approval, already_decided, approval_object
 from approvals.client import ApprovalClient
-from approvals.errors import AlreadyDecided, ApprovalTimeout, InvalidRequest
-from approvals.integrations.coding_agents import answer_hook, hook_metadata, time_budget
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.errors import ApprovalTimeout, InvalidRequest
+from approvals.models import ApprovalConfig, ApprovalRequest
 from approvals.policy import Policy
 from approvals.policy_file import build_policy
 from approvals.service import Actor, ApprovalService
@@ -276,7 +275,7 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
         call_id=args.call_id,
         session_id=args.session_id,
         agent=args.agent,
-        channel=args.channel,
+        route=args.route,
     )
     if approval.is_pending:
         print(f"waiting for a decision on {approval.id} …", file=sys.stderr)
@@ -295,43 +294,3 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
     if approval.approved:
         return 0
     return 2 if approval.status == "error" else 1
-
-
-async def cmd_hook(
-    args: argparse.Namespace, client: ApprovalClient, payload: Any, out: TextIO
-) -> int:
-    metadata = hook_metadata(payload)
-    # Reviewers see the real deadline: the hook's, or with defer the route's (the agent comes
-    # back for the answer later).
-    deferring = args.on_timeout == "defer"
-    config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=args.timeout)
-
-    async def submit(event: ApprovalEvent) -> ApprovalRequest:
-        return (await client.submit(event, config, metadata=metadata)).to_request()
-
-    async def wait(request_id: str, timeout: float) -> ApprovalRequest:  # noqa: ASYNC109
-        return (await client.wait(request_id, timeout)).to_request()
-
-    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
-        try:
-            cancelled = await client.cancel(request_id, reason=reason, by=f"{args.dialect} hook")
-        except AlreadyDecided:
-            cancelled = await client.get(request_id)
-        return cancelled.to_request()
-
-    # args.started: when the agent's clock started (see bot.cli.main); now if nobody said.
-    started = getattr(args, "started", None)
-    spent = time.monotonic() - started if started is not None else 0.0
-    budget = time_budget(args.timeout) - max(0.0, spent)
-    output = await answer_hook(
-        args.dialect,
-        payload,
-        submit,
-        wait,
-        timeout=max(budget, 0.05),
-        on_timeout=args.on_timeout,
-        cancel=cancel,
-    )
-    if output is not None:
-        print(json.dumps(output, ensure_ascii=False), file=out)
-    return 0

@@ -22,14 +22,16 @@ class BotContext:
     store: ApprovalStore
     service: ApprovalService
     waiter: Waiter
-    #: Bearer tokens the HTTP API accepts (plain strings; never logged).
+    #: Bearer tokens the HTTP API accepts, `name:token` or bare (plain strings; never logged).
     api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    #: Tokens whose principals may see every principal's requests.
+    admin_tokens: tuple[str, ...] = field(default=(), repr=False)
     #: slack_sdk AsyncWebClient, or None when Slack is not configured.
     slack: Any = None
     #: Longest `?wait=` the HTTP API honours, in seconds.
     max_wait_seconds: float = 60.0
-    #: Largest request body the HTTP API reads, in bytes.
-    max_body_bytes: int = 512 * 1024
+    #: Largest request body the HTTP API reads, in bytes (as the hook endpoint: 4 MiB).
+    max_body_bytes: int = 4 * 1024 * 1024
     metrics: dict[str, float] = field(default_factory=dict)
     #: Values that go up and down (e.g. `slack_owed`), shown as gauges in /metrics.
     gauges: dict[str, float] = field(default_factory=dict)

@@ -11,6 +11,7 @@ from approvals.approval import Approval
 from approvals.approval import approval_object as approval_object  # the API's answer
 from approvals.callbacks import Callback
 from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, HookInput, HookOutput
+from approvals.integrations.hook_input import MAX_HOOK_TIMEOUT_SECONDS, MIN_HOOK_TIMEOUT_SECONDS
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,
@@ -23,9 +24,6 @@ from approvals.models import (
     Kind,
     Sensitivity,
 )
-
-MAX_HOOK_TIMEOUT = 3600.0
-
 
 # -- the models the handlers validate with (and the OpenAPI document is made of) ----------
 
@@ -48,8 +46,9 @@ class CreateApproval(BaseModel):
     call_id: str | None = Field(default=None, min_length=1, max_length=200)
     session_id: str | None = Field(default=None, max_length=200)
     agent: str | None = Field(default=None, max_length=200)
-    channel: str | None = Field(default=None, min_length=1, max_length=200)
-    requester: str | None = Field(default=None, min_length=1, max_length=200)
+    #: A policy route's name to ask on (422 for one the policy does not have); the policy's
+    #: rules still win. Never a raw channel: channels come from the policy.
+    route: str | None = Field(default=None, min_length=1, max_length=100)
     metadata: dict[str, Any] = Field(default_factory=dict)
     event_kind: EventKind = "tool"
     command: str | None = Field(default=None, max_length=MAX_EVENT_BYTES)
@@ -95,7 +94,6 @@ class CancelApproval(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str | None = Field(default=None, max_length=MAX_TEXT)
-    by: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class ApprovalObject(Approval):
@@ -159,7 +157,7 @@ def openapi_document() -> dict[str, Any]:
                         **approval,
                         "description": ("an approval created earlier with the same call_id"),
                     },
-                    **errors(413, 422),
+                    **errors(409, 413, 422),
                 },
             }
         },
@@ -201,9 +199,12 @@ def openapi_document() -> dict[str, Any]:
                         "name": "timeout",
                         "in": "query",
                         "required": False,
-                        "description": "the hook's timeout in settings.json, seconds "
-                        f"(default {DEFAULT_HOOK_TIMEOUT:g})",
-                        "schema": {"type": "number", "minimum": 1, "maximum": MAX_HOOK_TIMEOUT},
+                        "description": (
+                            "the hook's timeout in settings.json, seconds (default "
+                            f"{DEFAULT_HOOK_TIMEOUT:g}; clamped to "
+                            f"{MIN_HOOK_TIMEOUT_SECONDS:g}..{MAX_HOOK_TIMEOUT_SECONDS:g})"
+                        ),
+                        "schema": {"type": "number"},
                     },
                     {
                         "name": "on_timeout",
@@ -217,12 +218,10 @@ def openapi_document() -> dict[str, Any]:
                     },
                 ],
                 "requestBody": {"required": True, "content": _json(ref[HookInput])},
+                # Always 200: Claude Code runs the tool when an http hook answers non-2xx, so
+                # bad credentials, bad input and failures are a deny; `{}` is no decision.
                 "responses": {
                     "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
-                    "204": {"description": "no decision: Claude Code asks its user"},
-                    # A call too large to review is denied with a 200, never a 413: Claude
-                    # Code runs the tool when an http hook answers non-2xx.
-                    **errors(422),
                 },
             }
         },

@@ -339,6 +339,9 @@ class Settings(BaseSettings):
     approvals_api_tokens: Annotated[
         tuple[SecretStr, ...], NoDecode, BeforeValidator(_api_tokens)
     ] = Field((), validation_alias="APPROVALS_API_TOKENS")
+    approvals_admin_tokens: Annotated[
+        tuple[SecretStr, ...], NoDecode, BeforeValidator(_api_tokens)
+    ] = Field((), validation_alias="APPROVALS_ADMIN_TOKENS")
     approvals_default_channel: Annotated[str | None, _on_text(_channel)] = Field(
         None, validation_alias="APPROVALS_DEFAULT_CHANNEL"
     )

@@ -55,7 +55,8 @@ class SlackApprovalHook(Hook):
     `config`: the review config when the caller gives none (the gate passes the
     tool's own in `context["config"]`). `timeout`: how long `await_decision`
     waits when `run_hook` passes no timeout (None: until decided).
-    `agent` / `session_id` / `channel` fill in what the event does not carry.
+    `agent` / `session_id` fill in what the event does not carry; `route` names the
+    policy route to ask on (`opts["route"]` per call).
     `cancel_on_timeout`: withdraw a request nobody waits for any more, so its
     Slack message shows it as cancelled rather than keeping live buttons.
     """
@@ -68,7 +69,7 @@ class SlackApprovalHook(Hook):
         timeout: float | None = None,
         agent: str | None = None,
         session_id: str | None = None,
-        channel: str | None = None,
+        route: str | None = None,
         cancel_on_timeout: bool = True,
     ) -> None:
         self.client = client.aio if isinstance(client, SyncApprovalClient) else client
@@ -76,7 +77,7 @@ class SlackApprovalHook(Hook):
         self.timeout = timeout
         self.agent = agent
         self.session_id = session_id
-        self.channel = channel
+        self.route = route
         self.cancel_on_timeout = cancel_on_timeout
 
     def __repr__(self) -> str:
@@ -105,7 +106,7 @@ class SlackApprovalHook(Hook):
         approval = await self.client.submit(
             event,
             self._config(context, opts),
-            channel=opts.get("channel") or self.channel,
+            route=opts.get("route") or self.route,
             metadata=dict(metadata) if isinstance(metadata, Mapping) else None,
         )
         if not approval.is_pending:

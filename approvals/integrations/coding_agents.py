@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals.errors import ApprovalError, ApprovalTimeout, InvalidRequest
+from approvals.errors import ApprovalError, ApprovalTimeout, InvalidRequest, StoreUnavailable
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
 
@@ -56,13 +56,18 @@ DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
 #: Claude Code tools whose `tool_input` names the file they change.
 CLAUDE_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 #: The agent's hook timeout assumed when the caller does not give one (`approval-bot hook
-#: --timeout`, `POST /hooks/…?timeout=`), in seconds. It must never exceed the hook `timeout`
-#: it is installed with (`approval-bot setup` always writes both; `bot.setup.bot_wait`).
-DEFAULT_HOOK_TIMEOUT = 60.0
+#: --timeout`, `POST /hooks/…?timeout=`), in seconds: Claude Code's (and Codex's) own
+#: default, so a hook configured without a timeout waits as long as the agent does. It must
+#: never exceed the hook `timeout` it is installed with (`approval-bot setup` always writes
+#: both; `bot.setup.bot_wait`).
+DEFAULT_HOOK_TIMEOUT = 600.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
+
+#: Deepest nesting of objects and arrays in a call's arguments (deeper cannot be stored).
+MAX_JSON_DEPTH = 64
 
 Submit = Callable[[ApprovalEvent], Awaitable[ApprovalRequest]]
 Wait = Callable[[str, float], Awaitable[ApprovalRequest]]
@@ -98,6 +103,25 @@ def parse_hook_input(payload: Any) -> HookInput:
             f"{'.'.join(str(p) for p in err['loc']) or 'input'}: {err['msg']}" for err in e.errors()
         )
         raise InvalidRequest(f"invalid hook input: {problems}", details=error_details(e)) from e
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
+
+
+def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """`InvalidRequest` when `value` nests deeper than `limit`."""
+    if json_depth(value) > limit:
+        raise InvalidRequest(f"the call's arguments nest deeper than {limit} levels")
 
 
 def error_details(error: ValidationError) -> list[dict[str, Any]]:
@@ -171,10 +195,10 @@ def event_from_codex(payload: Any) -> ApprovalEvent:
     """Codex hook input → the event to review.
 
     PermissionRequest carries no `tool_use_id`: its call id is derived from the
-    session, the turn and the call (`derived_call_id`). `Bash` is a command;
-    `apply_patch` is a file change (the first file its patch names);
-    `NetworkAccess` (PermissionRequest) is a permission ask; MCP tools
-    (`mcp__server__tool`) are tool calls."""
+    session, the turn and the call (`derived_call_id`). `Bash` is a command
+    (network approvals arrive as `Bash` too, with the command that wants the
+    network); `apply_patch` is a file change (the first file its patch names);
+    MCP tools (`mcp__server__tool`) are tool calls."""
     hook = parse_hook_input(payload)
     command = _text(hook.tool_input.get("command"))
     if hook.tool_name == "Bash":
@@ -182,15 +206,6 @@ def event_from_codex(payload: Any) -> ApprovalEvent:
     if hook.tool_name == "apply_patch":
         found = _PATCH_FILE.search(command or "")
         return _event(hook, "codex", "file", path=found.group(1).strip() if found else None)
-    if hook.tool_name == "NetworkAccess":
-        description = _text(hook.tool_input.get("description"))
-        return _event(
-            hook,
-            "codex",
-            "permissions",
-            command=command,
-            permissions={"network": description} if description else {},
-        )
     return _event(hook, "codex", "tool")
 
 
@@ -238,11 +253,12 @@ class PermissionRequestOutput(BaseModel):
 
 
 class HookOutput(BaseModel):
-    """What the hook prints (command) or answers (http); no output at all means no decision."""
+    """What the hook prints (command) or answers (http); no output at all (or `{}`, or only a
+    `systemMessage`) means no decision."""
 
     model_config = ConfigDict(extra="forbid")
 
-    hookSpecificOutput: PreToolUseOutput | PermissionRequestOutput
+    hookSpecificOutput: PreToolUseOutput | PermissionRequestOutput | None = None
     systemMessage: str | None = None
 
 
@@ -318,7 +334,10 @@ def output_for_request(
     if event == "PreToolUse":
         if approved:
             if dialect == "codex":
-                return None  # Codex: no output lets the call run
+                # Codex: no output is no objection (its own approval policy and sandbox then
+                # apply); the reviewer's typed input or choice reaches it as a system message.
+                note = _reviewer_note(request)
+                return {"systemMessage": note} if note else None
             return pre_tool_use_output("allow", text, context=_reviewer_note(request))
         return pre_tool_use_output("deny", text)
     if approved:
@@ -387,6 +406,18 @@ def for_dialect(dialect: Dialect, output: dict[str, Any] | None) -> dict[str, An
     return output
 
 
+def failure_reason(error: BaseException) -> str:
+    """What an agent is told when a review failed: the problem, never internals (addresses,
+    tracebacks, exception types)."""
+    if isinstance(error, StoreUnavailable):
+        return "the approval store is unavailable; try again"
+    if isinstance(error, ApprovalError):
+        return error.message
+    if isinstance(error, TimeoutError):
+        return "the approval service did not answer in time"
+    return "internal error in the approval service (see the bot's log)"
+
+
 def time_budget(hook_timeout: float) -> float:
     """How long to wait for a decision so the hook answers before the agent's `hook_timeout`
     (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
@@ -420,16 +451,23 @@ async def answer_hook(
     if dialect not in DIALECTS:
         raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
     if on_timeout not in ON_TIMEOUT:
-        raise InvalidRequest(f"on_timeout must be 'deny', 'ask' or 'defer', not {on_timeout!r}")
+        on_timeout = "deny"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     # Withdrawing a request nobody decided has to fit in the budget too.
     withdraw_time = min(1.0, max(0.1, timeout * 0.1), timeout / 2) if cancel else 0.0
-    hook = parse_hook_input(payload)
+    named = payload.get("hook_event_name") if isinstance(payload, Mapping) else None
+    try:
+        hook = parse_hook_input(payload)
+        event = event_from(dialect, payload)
+        check_depth(event.arguments)
+    except InvalidRequest as e:  # not reviewable: denied, nothing stored
+        shape: HookEvent = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
+        log.info("hook input refused dialect=%s problem=%s", dialect, e.message)
+        return output_for_failure(shape, e.message)
     hook_event = hook.hook_event_name
     request: ApprovalRequest | None = None
     try:
-        event = event_from(dialect, payload)
         try:
             async with asyncio.timeout_at(deadline - withdraw_time):
                 request = await submit(event)
@@ -452,12 +490,11 @@ async def answer_hook(
                     output_for_timeout(dialect, hook_event, on_timeout, timeout, request_id),
                 )
     except Exception as e:  # fail closed: never let an unreviewed call through
-        log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
-        # An ApprovalError's message is written for agents; anything else may carry internals
-        # (a Redis host and port, a driver's text): only its kind is shown.
-        kind = type(e).__name__
-        message = e.message if isinstance(e, ApprovalError) else f"internal error ({kind})"
-        return for_dialect(dialect, output_for_failure(hook_event, str(message)))
+        if isinstance(e, ApprovalError) and not isinstance(e, StoreUnavailable):
+            log.info("hook review refused dialect=%s code=%s", dialect, e.code)
+        else:
+            log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
+        return for_dialect(dialect, output_for_failure(hook_event, failure_reason(e)))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
     return for_dialect(dialect, output_for_request(dialect, hook_event, request))
 

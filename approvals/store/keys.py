@@ -26,9 +26,11 @@ class Keys:
         """Hash: status, data (request JSON), decision JSON, message JSON, votes JSON."""
         return f"{self.prefix}:req:{request_id}"
 
-    def call(self, call_id: str) -> str:
-        """String: the request id created for an agent's call_id (idempotent create)."""
-        return f"{self.prefix}:call:{call_id}"
+    def call(self, call_id: str, principal: str | None = None) -> str:
+        """String: `<request id> <fingerprint>` of the request a principal's call_id created
+        (idempotent create). Per principal, so one caller's ids never touch another's."""
+        owner = quote(principal, safe="") if principal else "-"
+        return f"{self.prefix}:call:{owner}:{quote(call_id, safe='')}"
 
     @property
     def pending(self) -> str:

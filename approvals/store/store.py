@@ -24,7 +24,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from approvals.errors import NotFound, PayloadTooLarge, StoreUnavailable
+from approvals.errors import CallIdConflict, NotFound, PayloadTooLarge, StoreUnavailable
 from approvals.models import (
     DEFAULT_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,
@@ -174,14 +174,16 @@ class ApprovalStore:
         """Store a new pending request and queue its Slack post — or, with `decision`, store
         it already decided (a policy rule, a session grant): audited, never posted.
 
-        Idempotent on `event.call_id`: a second create with the same call id
-        returns the first request and writes nothing."""
+        Idempotent on (`principal`, `event.call_id`): a second create with the same call id
+        and the same fingerprint returns the first request and writes nothing; with a
+        different fingerprint it raises `CallIdConflict` (never the old request, whose
+        decision applies to what was shown then)."""
         check_event_size(request.event)
         metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
         if metadata_size > MAX_EVENT_BYTES:
             raise PayloadTooLarge(
                 f"request metadata is {metadata_size} bytes; the limit is {MAX_EVENT_BYTES} "
-                "bytes (256 KiB)"
+                "bytes (2 MiB)"
             )
         if request.status != "pending":
             raise ValueError("only pending requests can be created")
@@ -198,7 +200,7 @@ class ApprovalStore:
         result = await self._scripts["create"](
             keys=[
                 key,
-                self.keys.call(call_id) if call_id else key,
+                self.keys.call(call_id, request.principal) if call_id else key,
                 self.keys.pending,
                 self.keys.deadlines,
                 self.keys.outbox,
@@ -215,7 +217,7 @@ class ApprovalStore:
                 "1" if call_id else "0",
                 request.route,
                 request.channel or "",
-                request.event.agent or request.requester or "",
+                request.principal or request.event.agent or "",
                 OUTBOX_MAXLEN,
                 request.quorum,
                 json.dumps(list(request.reviewers)),
@@ -226,9 +228,17 @@ class ApprovalStore:
                 decision.reason or "" if decision else "",
                 _replacing,
                 "1" if request.callback is not None else "",
+                request.fingerprint,
             ],
         )
-        created, request_id = int(result[0]), str(result[1])
+        code, request_id = int(result[0]), str(result[1])
+        if code == 2:
+            raise CallIdConflict(
+                f"call_id {call_id!r} was already used for a different request ({request_id}); "
+                "use a new call_id for a new call",
+                details={"id": request_id},
+            )
+        created = code == 1
         if created and decision is not None:
             request = request.model_copy(
                 update={"status": _STATUS_FOR_OUTCOME[decision.outcome], "decision": decision}

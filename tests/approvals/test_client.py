@@ -24,7 +24,7 @@ from approvals.errors import (
 from approvals.gate import Denied, current_approval, require_approval
 from approvals.hooks import Allow, Async, Deny, run_hook
 from approvals.integrations.bot_review import SlackApprovalHook
-from approvals.models import ApprovalConfig, ApprovalEvent, Decision
+from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
 from approvals.policy_file import parse_policy
 from approvals.service import ApprovalService
 from approvals.transports import (
@@ -75,10 +75,14 @@ def client(request: pytest.FixtureRequest, clients: dict[str, ApprovalClient]) -
 
 
 def content(approval: Approval) -> dict[str, Any]:
-    """What must match across transports: everything but ids and clock readings."""
+    """What must match across transports: everything but ids, clock readings and identity
+    (over HTTP the token's principal asks and withdraws; over Redis nobody is named)."""
     data = approval.model_dump(
-        mode="json", exclude={"id", "created_at", "deadline_at", "decided_at", "call_id"}
+        mode="json",
+        exclude={"id", "created_at", "deadline_at", "decided_at", "call_id", "principal"},
     )
+    if approval.status == "cancelled":
+        data.pop("decided_by")
     data["votes"] = [{k: v for k, v in vote.items() if k != "at"} for vote in data["votes"]]
     return data
 
@@ -120,7 +124,7 @@ async def scenario(client: ApprovalClient, service: ApprovalService, tag: str) -
     with pytest.raises(NotFound):
         await client.get("apr_doesnotexist")
     with pytest.raises(PayloadTooLarge):
-        await client.request("big", {"blob": "x" * 300_000})
+        await client.request("big", {"blob": "x" * (MAX_EVENT_BYTES + 1)})
     return out
 
 
@@ -212,14 +216,14 @@ def test_request_body_carries_the_event_and_config() -> None:
         kind="command", tool_name="Bash", arguments={"command": "ls"}, command="ls", cwd="/srv"
     )
     body = request_body(
-        event, ApprovalConfig(kind="input", allow_for_session=True), channel="C1", metadata=None
+        event, ApprovalConfig(kind="input", allow_for_session=True), route="ops", metadata=None
     )
     assert body == {
         "tool_name": "Bash",
         "arguments": {"command": "ls"},
         "kind": "input",
         "sensitivity": "low",
-        "channel": "C1",
+        "route": "ops",
         "event_kind": "command",
         "command": "ls",
         "cwd": "/srv",

@@ -26,7 +26,7 @@ from approvals.gate import (
     require_approval,
 )
 from approvals.hooks import Async, AwaitResult, Hook, ReviewResult, StaticPolicyHook
-from approvals.models import ApprovalConfig, ApprovalEvent, Decision
+from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
 from approvals.terminal import NO_HANDLER_MESSAGE, TerminalApprover
 
 
@@ -470,7 +470,7 @@ async def test_hook_handler_rejects_an_oversized_payload() -> None:
     async def upload(blob: str) -> str:
         return "uploaded"
 
-    outcome = await upload("x" * 300_000)
+    outcome = await upload("x" * (MAX_EVENT_BYTES + 1))
     assert isinstance(outcome, ApprovalFailed)
     assert outcome.error_type == "PayloadTooLarge"
     assert hook.events == [], "nothing posted"

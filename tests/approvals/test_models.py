@@ -160,16 +160,16 @@ def test_check_event_size_accepts_up_to_the_limit() -> None:
     assert check_event_size(event) == len(event.model_dump_json().encode())
 
 
-def test_check_event_size_rejects_over_256_kib() -> None:
+def test_check_event_size_rejects_over_2_mib() -> None:
     event = ApprovalEvent(tool_name="t", arguments={"blob": "x" * MAX_EVENT_BYTES})
-    with pytest.raises(PayloadTooLarge, match="256 KiB") as info:
+    with pytest.raises(PayloadTooLarge, match="2 MiB") as info:
         check_event_size(event)
     assert isinstance(info.value, InvalidRequest)
     assert info.value.code == "payload_too_large"
 
 
 def test_check_event_size_counts_bytes_not_characters() -> None:
-    # 100,000 three-byte characters: under the limit in characters, over it in bytes.
-    event = ApprovalEvent(tool_name="t", arguments={"text": "€" * 100_000})
+    # Three-byte characters: under the limit in characters, over it in bytes.
+    event = ApprovalEvent(tool_name="t", arguments={"text": "€" * (MAX_EVENT_BYTES // 2)})
     with pytest.raises(PayloadTooLarge):
         check_event_size(event)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from approvals.integrations.hook_input import MAX_HOOK_BODY_BYTES
 from approvals.models import MAX_EVENT_BYTES
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
@@ -19,6 +22,7 @@ from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from bot.api import add_routes, error_middleware
 from bot.context import BotContext
+from bot.principals import derived_name
 from bot.schemas import ApprovalObject
 
 AUTH = {"Authorization": "Bearer test-token"}
@@ -40,6 +44,11 @@ async def client(ctx: BotContext) -> AsyncIterator[TestClient[web.Request, web.A
 
 
 Client = TestClient[web.Request, web.Application]
+
+
+def as_file(body: Any) -> io.BytesIO:
+    """A large JSON body as a file (aiohttp warns about large raw bodies)."""
+    return io.BytesIO(json.dumps(body).encode())
 
 
 async def error_of(resp: Any, status: int) -> dict[str, Any]:
@@ -76,12 +85,18 @@ async def test_wrong_token_is_403_on_every_protected_route(client: Client) -> No
         ("POST", "/v1/approvals"),
         ("GET", "/v1/approvals/x"),
         ("POST", "/v1/approvals/x/cancel"),
-        ("POST", "/hooks/claude-code"),
     ]:
         resp = await client.request(method, path, json={}, headers=bad)
         assert (await error_of(resp, 403))["code"] == "forbidden", path
-    resp = await client.post("/hooks/claude-code", json={})
-    assert (await error_of(resp, 401))["code"] == "unauthorized"
+    # The hook answers bad credentials with a deny Claude Code reads, never a non-2xx.
+    for headers, why in ((bad, "not valid"), ({}, "Bearer")):
+        for event in ("PreToolUse", "PermissionRequest"):
+            resp = await client.post("/hooks/claude-code", json=hook_body(event), headers=headers)
+            assert resp.status == 200
+            out = (await resp.json())["hookSpecificOutput"]
+            reason = out.get("permissionDecisionReason") or out["decision"]["message"]
+            assert out.get("permissionDecision", out.get("decision", {}).get("behavior")) == "deny"
+            assert why in reason
 
 
 async def test_any_configured_token_is_accepted(ctx: BotContext) -> None:
@@ -188,7 +203,7 @@ async def test_an_event_over_the_store_limit_is_413(client: Client) -> None:
     resp = await client.post(
         "/v1/approvals",
         headers=AUTH,
-        json={"tool_name": "x", "arguments": {"blob": "a" * (MAX_EVENT_BYTES + 10)}},
+        data=as_file({"tool_name": "x", "arguments": {"blob": "a" * (MAX_EVENT_BYTES + 10)}}),
     )
     assert (await error_of(resp, 413))["code"] == "payload_too_large"
 
@@ -273,14 +288,15 @@ async def test_cancel_pending_then_cancel_again_is_409(client: Client) -> None:
     resp = await client.post(
         f"/v1/approvals/{made['id']}/cancel",
         headers=AUTH,
-        json={"reason": "agent restarted", "by": "agent-7"},
+        json={"reason": "agent restarted"},
     )
     assert resp.status == 200
     body = await resp.json()
+    # Attributed to the token's principal, never to a name in the body.
     assert (body["status"], body["reason"], body["decided_by"]) == (
         "cancelled",
         "agent restarted",
-        "agent-7",
+        derived_name("test-token"),
     )
     resp = await client.post(f"/v1/approvals/{made['id']}/cancel", headers=AUTH)
     error = await error_of(resp, 409)
@@ -514,23 +530,37 @@ async def test_permission_request_shapes(ctx: BotContext, client: Client) -> Non
         }
     }
 
-    # on_timeout=ask on PermissionRequest: no decision, an empty 2xx, Claude asks its user
+    # on_timeout=ask on PermissionRequest: no decision, `{}`, Claude asks its user
     resp = await client.post(
         "/hooks/claude-code?timeout=1&on_timeout=ask",
         json=hook_body("PermissionRequest"),
         headers=AUTH,
     )
-    assert resp.status == 204
-    assert await resp.read() == b""
+    assert resp.status == 200
+    assert await resp.json() == {}
 
 
-async def test_hook_rejects_bad_input_and_parameters(client: Client) -> None:
+async def test_hook_denies_bad_input_and_clamps_parameters(ctx: BotContext, client: Client) -> None:
     resp = await client.post("/hooks/claude-code", json=hook_body(tool_input=["ls"]), headers=AUTH)
-    error = await error_of(resp, 422)
-    assert [d["loc"] for d in error["details"]] == [["tool_input"]]
-    for query in ("timeout=0", "timeout=abc", "on_timeout=allow"):
-        resp = await client.post(f"/hooks/claude-code?{query}", json=hook_body(), headers=AUTH)
-        assert (await error_of(resp, 422))["code"] == "invalid_request", query
+    assert resp.status == 200
+    out = (await resp.json())["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny" and "tool_input" in out["permissionDecisionReason"]
+    # Timeouts are clamped (0 → 1 s), an unreadable one is the 600 s default; an unknown
+    # on_timeout is deny: none is refused.
+    cases = (("timeout=0", 1), ("timeout=abc", 600), ("on_timeout=allow", 600))
+    for n, (query, deadline) in enumerate(cases):
+        body = hook_body(tool_use_id=f"toolu_clamp_{n}")
+        call = asyncio.create_task(
+            client.post(f"/hooks/claude-code?{query}", json=body, headers=AUTH)
+        )
+        request_id = await pending_id(ctx)
+        found = await ctx.store.get(request_id)
+        assert found.deadline_at is not None
+        assert abs((found.deadline_at - found.created_at).total_seconds() - deadline) < 1, query
+        await ctx.service.decide(request_id, "deny", Actor("U1"), reason="no")
+        resp = await asyncio.wait_for(call, 5)
+        assert resp.status == 200
+        assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "deny"
 
 
 async def test_openapi_document_describes_the_routes(client: Client) -> None:
@@ -566,33 +596,45 @@ async def test_deeply_nested_arguments_are_422_not_500(client: Client) -> None:
     assert error["code"] == "invalid_request" and "nested" in error["message"]
 
 
-async def test_hook_denies_a_call_too_large_to_review(ctx: BotContext) -> None:
+async def test_hook_denies_a_call_too_large_to_review(ctx: BotContext, client: Client) -> None:
     """Claude Code treats a non-2xx http hook answer as a non-blocking error and runs the tool:
-    a call the bot cannot review is denied with a 200, shaped for its event."""
-    ctx.max_body_bytes = 4000
-    c = await make_client(ctx)
-    try:
-        big = hook_body(tool_name="Write", tool_input={"file_path": "/a", "content": "x" * 5000})
-        resp = await c.post("/hooks/claude-code", json=big, headers=AUTH)
-        assert resp.status == 200, await resp.text()
-        out = (await resp.json())["hookSpecificOutput"]
-        assert (out["hookEventName"], out["permissionDecision"]) == ("PreToolUse", "deny")
-        assert "4000 bytes" in out["permissionDecisionReason"]
+    a call the bot cannot review is denied with a 200, shaped for its event, naming the limit."""
+    over = MAX_HOOK_BODY_BYTES + 10
+    big = hook_body(tool_name="Write", tool_input={"file_path": "/a", "content": "x" * over})
+    resp = await client.post("/hooks/claude-code", data=as_file(big), headers=AUTH)
+    assert resp.status == 200, await resp.text()
+    out = (await resp.json())["hookSpecificOutput"]
+    assert (out["hookEventName"], out["permissionDecision"]) == ("PreToolUse", "deny")
+    assert f"the limit is {MAX_HOOK_BODY_BYTES} bytes (4 MiB)" in out["permissionDecisionReason"]
 
-        asked = hook_body("PermissionRequest", tool_input={"command": "x" * 5000})
-        resp = await c.post("/hooks/claude-code", json=asked, headers=AUTH)
-        assert resp.status == 200, await resp.text()
-        out = (await resp.json())["hookSpecificOutput"]
-        assert out["hookEventName"] == "PermissionRequest"
-        assert out["decision"]["behavior"] == "deny"
-        assert await ctx.store.list_pending() == []
-    finally:
-        await c.close()
+    asked = hook_body("PermissionRequest", tool_input={"command": "x" * over})
+    resp = await client.post("/hooks/claude-code", data=as_file(asked), headers=AUTH)
+    assert resp.status == 200, await resp.text()
+    out = (await resp.json())["hookSpecificOutput"]
+    assert out["hookEventName"] == "PermissionRequest"
+    assert out["decision"]["behavior"] == "deny"
+    assert await ctx.store.list_pending() == []
+
+
+async def test_hook_accepts_a_one_mib_write_and_keeps_it_whole(
+    ctx: BotContext, client: Client
+) -> None:
+    content = "line of a large file\n" * (1024 * 1024 // 21 + 1)  # just over 1 MiB
+    body = hook_body(
+        tool_name="Write", tool_input={"file_path": "/srv/big.txt", "content": content}
+    )
+    call = asyncio.create_task(client.post("/hooks/claude-code", data=as_file(body), headers=AUTH))
+    request_id = await pending_id(ctx)
+    stored = await ctx.store.get(request_id)
+    assert stored.event.arguments["content"] == content  # the store keeps it all
+    await ctx.service.decide(request_id, "approve", Actor("U1"))
+    resp = await asyncio.wait_for(call, 10)
+    assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "allow"
 
 
 async def test_hook_denies_a_command_over_the_event_limit(ctx: BotContext, client: Client) -> None:
     huge = hook_body(tool_input={"command": "echo " + "a" * MAX_EVENT_BYTES})
-    resp = await client.post("/hooks/claude-code", json=huge, headers=AUTH)
+    resp = await client.post("/hooks/claude-code", data=as_file(huge), headers=AUTH)
     assert resp.status == 200, await resp.text()
     out = (await resp.json())["hookSpecificOutput"]
     assert out["permissionDecision"] == "deny"

@@ -414,7 +414,7 @@ def test_for_session_approval_says_so() -> None:
     [
         ("expired", None, "⌛ Expired at <!date^"),
         ("expired", Decision.deny("approval timeout", by="system"), "approval timeout"),
-        ("cancelled", Decision.deny("agent gave up", by="cli:alice"), "🚫 Cancelled by cli:alice"),
+        ("cancelled", Decision.deny("agent gave up", by="cli:alice"), "🚫 Withdrawn by cli:alice"),
         ("error", Decision.error("channel_not_found"), "⚠️ Error: channel_not_found"),
         ("approved", Decision.approve(by="policy:safe-reads"), "Approved by policy:safe-reads"),
     ],

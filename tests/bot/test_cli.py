@@ -17,6 +17,7 @@ from approvals.approval import approval_object
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
+from bot.hook_command import hook_options
 from bot.settings import VARIABLES
 from tests import support
 
@@ -194,11 +195,21 @@ def test_durations() -> None:
         86400,
         0.5,
     ]
-    args = build_parser().parse_args(["hook", "codex", "--timeout", "2m"])
-    assert (args.dialect, args.timeout, args.on_timeout) == ("codex", 120, "deny")
+    assert hook_options(["hook", "codex", "--timeout", "2m"]) == ("codex", 120, "deny")
+    # A hook's timeout is clamped, never refused; unreadable is Claude Code's default 600 s.
+    assert hook_options(["hook", "codex", "--timeout=0", "--on-timeout", "ask"]) == (
+        "codex",
+        1,
+        "ask",
+    )
+    assert hook_options(["hook", "claude-code", "--timeout", "soon"])[1] == 600
+    assert hook_options(["hook", "claude-code", "--timeout", "1e9", "--on-timeout=x"])[1:] == (
+        86400,
+        "deny",
+    )
     for bad in ("0", "-5", "soon"):
         with pytest.raises(SystemExit) as exit_info:
-            build_parser().parse_args(["hook", "claude-code", "--timeout", bad])
+            build_parser().parse_args(["request", "--tool", "t", "--deadline", bad])
         assert exit_info.value.code == 2
 
 
@@ -379,16 +390,42 @@ async def test_codex_hook_pre_tool_use_and_permission_request(
     assert decision["behavior"] == "deny" and "no network" in decision["message"]
 
 
-async def test_hook_bad_input_exits_2_with_a_clear_error(
+def deny_reason(out: str) -> str:
+    """The reason of the one deny a hook printed (PreToolUse or PermissionRequest shape)."""
+    decided = json.loads(out)["hookSpecificOutput"]
+    if decided["hookEventName"] == "PermissionRequest":
+        assert decided["decision"]["behavior"] == "deny"
+        return str(decided["decision"]["message"])
+    assert decided["permissionDecision"] == "deny"
+    return str(decided["permissionDecisionReason"])
+
+
+async def test_hook_bad_input_is_a_deny_with_exit_0(
     cli_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Exit 0 with a deny: the agents read JSON only on exit 0, and take 1 for "go ahead"."""
     monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
-    assert await cli("hook", "claude-code") == 2
+    assert await cli("hook", "claude-code") == 0
     captured = capsys.readouterr()
-    assert captured.out == "" and "invalid hook input: stdin is not JSON" in captured.err
+    assert "not JSON" in deny_reason(captured.out) and "not JSON" in captured.err
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"tool_name": "Bash"})))
-    assert await cli("hook", "codex") == 2
-    assert "hook_event_name" in capsys.readouterr().err
+    assert await cli("hook", "codex") == 0
+    assert "hook_event_name" in deny_reason(capsys.readouterr().out)
+
+
+async def test_ungated_events_exit_0_silently(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """UserPromptSubmit must not lose the prompt, Stop must not loop: no output, exit 0."""
+    for dialect in ("claude-code", "codex"):
+        for event in ("PostToolUse", "UserPromptSubmit", "Stop", "SessionStart"):
+            monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(event)))
+            assert await cli("hook", dialect) == 0
+            assert capsys.readouterr() == ("", ""), (dialect, event)
+    assert await ctx.store.audit_entries() == []
 
 
 # -- configuration and connection problems --------------------------------------------------------
@@ -448,11 +485,12 @@ async def test_a_hook_that_cannot_read_its_configuration_still_blocks(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Claude Code and Codex run the tool when a command hook exits with any status but 0 and 2:
-    a crash while reading the configuration must still exit 2."""
+    a crash while reading the configuration is a deny, exit 0."""
     env_file = tmp_path / "bad.env"
     env_file.write_bytes(b"PORT=\xff\xfe3000\n")
     monkeypatch.setenv("APPROVALS_ENV_FILE", str(env_file))
-    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input()))
-    assert await cli("hook", "claude-code") == 2
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input("PermissionRequest")))
+    assert await cli("hook", "claude-code") == 0
     captured = capsys.readouterr()
-    assert captured.out == "" and "APPROVALS_ENV_FILE" in captured.err
+    assert "APPROVALS_ENV_FILE" in deny_reason(captured.out)
+    assert "APPROVALS_ENV_FILE" in captured.err and "Traceback" not in captured.err

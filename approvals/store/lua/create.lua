@@ -10,10 +10,20 @@
 -- ARGV[17] via   ARGV[18] reason
 -- ARGV[19] the id of an expired request whose call-id marker may be replaced ('' = none)
 -- KEYS[7] webhook queue stream   ARGV[20] '1' when the request has a decision callback
--- Returns {1, id} when created, {0, existing id} when the call_id was seen before.
+-- ARGV[21] the request's fingerprint (what a decision on it applies to)
+-- The call-id key holds '<request id> <fingerprint>'.
+-- Returns {1, id} when created, {0, existing id} when the call_id was seen before with the
+-- same fingerprint, {2, existing id} when it was seen with a different one (a conflict:
+-- nothing is written).
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
-  if existing and existing ~= ARGV[19] then return {0, existing} end
+  if existing then
+    local eid, efp = string.match(existing, '^(%S+) ?(%S*)$')
+    if eid ~= ARGV[19] then
+      if efp == ARGV[21] then return {0, eid} end
+      return {2, eid}
+    end
+  end
 end
 local decided = ARGV[14] ~= ''
 redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[8],
@@ -22,7 +32,7 @@ redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[
 if ARGV[20] == '1' then redis.call('HSET', KEYS[1], 'callback', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 if ARGV[7] == '1' then
-  redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[5])
+  redis.call('SET', KEYS[2], ARGV[1] .. ' ' .. ARGV[21], 'EX', ARGV[5])
 end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'created',
   'status', 'pending', 'by', ARGV[10], 'via', 'create', 'at', ARGV[3], 'route', ARGV[8])

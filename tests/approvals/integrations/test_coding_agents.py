@@ -141,13 +141,14 @@ CODEX_TABLE = [
     ("Bash", {"command": "cargo test"}, "command", "cargo test", None, None),
     ("apply_patch", {"command": PATCH}, "file", None, "src/app.py", None),
     ("apply_patch", {"command": "garbage"}, "file", None, None, None),
+    # Network approvals arrive as Bash: reviewed as the command that wants the network.
     (
-        "NetworkAccess",
+        "Bash",
         {"command": "curl x.io", "description": "network-access x.io"},
-        "permissions",
+        "command",
         "curl x.io",
         None,
-        {"network": "network-access x.io"},
+        None,
     ),
     ("mcp__linear__create", {"title": "t"}, "tool", None, None, None),
 ]
@@ -251,7 +252,8 @@ OUTPUT_TABLE = [
     ),
     ("claude-code", "PermissionRequest", DENIED, perm("deny", "Denied by <@U2>: not on Fridays")),
     ("codex", "PreToolUse", APPROVED, None),
-    ("codex", "PreToolUse", APPROVED_INPUT, None),
+    # Codex: reviewer input on an approval reaches it as a system message.
+    ("codex", "PreToolUse", APPROVED_INPUT, {"systemMessage": "Approved by <@U1>: use --dry-run"}),
     ("codex", "PreToolUse", DENIED, pre("deny", "Denied by <@U2>: not on Fridays")),
     ("codex", "PermissionRequest", APPROVED, perm("allow")),
     ("codex", "PermissionRequest", DENIED, perm("deny", "Denied by <@U2>: not on Fridays")),
@@ -383,11 +385,11 @@ async def test_run_hook_waits_for_the_reviewer(ctx: BotContext) -> None:
 async def test_run_hook_retry_with_the_same_tool_use_id_reuses_the_request(ctx: BotContext) -> None:
     payload = claude("Bash", {"command": "ls"})
     first = asyncio.create_task(
-        answer_hook("codex", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
+        answer_hook("claude-code", payload, ctx.service.submit, ctx.waiter.wait, timeout=10)
     )
     request_id = await _pending_id(ctx)
     await ctx.service.decide(request_id, "approve", Actor("U1"))
-    assert await first is None  # Codex PreToolUse approval: print nothing
+    assert await first == pre("allow", "Approved by <@U1>")
     again = await answer_hook(
         "claude-code", payload, ctx.service.submit, ctx.waiter.wait, timeout=1
     )
@@ -511,14 +513,23 @@ async def test_run_hook_fails_closed_when_the_store_is_down() -> None:
         raise AssertionError("never waits")
 
     out = await answer_hook("codex", claude("Bash", {"command": "ls"}), submit, wait, timeout=1)
-    assert out == pre("deny", "Approval service error: Redis is unreachable: connection refused")
+    # The problem, without internals (the store's address stays in the bot's log).
+    assert out == pre(
+        "deny", "Approval service error: the approval store is unavailable; try again"
+    )
 
 
-async def test_run_hook_rejects_bad_input_without_storing(ctx: BotContext) -> None:
-    with pytest.raises(InvalidRequest):
-        await answer_hook(
-            "claude-code", claude("Bash", ["ls"]), ctx.service.submit, ctx.waiter.wait, timeout=1
-        )
+async def test_run_hook_denies_bad_input_without_storing(ctx: BotContext) -> None:
+    out = await answer_hook(
+        "claude-code", claude("Bash", ["ls"]), ctx.service.submit, ctx.waiter.wait, timeout=1
+    )
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "tool_input" in out["hookSpecificOutput"]["permissionDecisionReason"]
+    bad_permission = claude("Bash", "ls", hook_event_name="PermissionRequest")
+    out = await answer_hook(
+        "claude-code", bad_permission, ctx.service.submit, ctx.waiter.wait, timeout=1
+    )
+    assert out is not None and out["hookSpecificOutput"]["decision"]["behavior"] == "deny"
     assert await ctx.store.audit_entries() == []
 
 

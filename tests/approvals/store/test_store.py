@@ -13,7 +13,14 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from approvals.errors import NotFound, PayloadTooLarge
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision, SlackMessage
+from approvals.models import (
+    MAX_EVENT_BYTES,
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    Decision,
+    SlackMessage,
+)
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.outbox import Outbox
@@ -217,8 +224,8 @@ def test_arguments_must_be_an_object(arguments: object) -> None:
 async def test_oversized_request_is_rejected_and_nothing_written(
     store: ApprovalStore, redis: Redis, keys: Keys
 ) -> None:
-    event = ApprovalEvent(tool_name="upload", arguments={"blob": "x" * (256 * 1024 + 1)})
-    with pytest.raises(PayloadTooLarge, match="256 KiB"):
+    event = ApprovalEvent(tool_name="upload", arguments={"blob": "x" * (MAX_EVENT_BYTES + 1)})
+    with pytest.raises(PayloadTooLarge, match="2 MiB"):
         await store.create(ApprovalRequest(event=event))
     assert await all_keys(redis, keys) == []
 
@@ -320,7 +327,8 @@ async def test_two_replicas_replacing_a_stale_call_id_marker_make_one_request(
             await slow_redis.aclose()
     assert a.created
     assert b_result.request.id == a.request.id, "one call_id, one request"
-    assert await redis.get(keys.call("retry-me")) == a.request.id
+    marker = await redis.get(keys.call("retry-me"))
+    assert marker == f"{a.request.id} {a.request.fingerprint}"
     posts = [f["id"] for _, f in await redis.xrange(keys.outbox) if f["op"] == "post"]
     assert posts.count(a.request.id) == 1 and b_result.request.id in posts
     assert len(posts) == 2, f"one post for the stale request, one for the new: {posts}"
@@ -351,7 +359,7 @@ async def test_a_vote_checked_before_an_escalation_is_not_recorded_after_it(
 async def test_oversized_metadata_is_rejected_and_nothing_written(
     store: ApprovalStore, redis: Redis, keys: Keys
 ) -> None:
-    request = make_request(metadata={"transcript": "x" * (256 * 1024 + 1)})
+    request = make_request(metadata={"transcript": "x" * (MAX_EVENT_BYTES + 1)})
     with pytest.raises(PayloadTooLarge, match="metadata"):
         await store.create(request)
     assert [k async for k in redis.scan_iter(match=keys.pattern())] == []

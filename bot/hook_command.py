@@ -1,0 +1,193 @@
+"""`approval-bot hook claude-code|codex`: the command hook. Always exit 0; a deny when in doubt.
+
+Claude Code and Codex read a command hook's JSON only when it exits 0, and
+take exit status 1 for "no opinion" (the tool may run). So this command exits
+0 whatever happens and prints a decision for every PreToolUse /
+PermissionRequest event — a deny for input it cannot read, bad
+configuration, an unreachable bot, a conflict or a timeout — and nothing at
+all for events it does not gate (PostToolUse, UserPromptSubmit, Stop, …).
+Problems are also told on stderr, in one line, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from typing import Any, BinaryIO, TextIO
+
+from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
+from approvals.integrations.hook_input import (
+    MAX_HOOK_BODY_BYTES,
+    HookBody,
+    clamp_timeout,
+    deny,
+    read_hook_body,
+)
+
+log = logging.getLogger(__name__)
+
+DIALECTS = ("claude-code", "codex")
+
+
+def hook_options(argv: list[str]) -> tuple[str, float, str]:
+    """(dialect, timeout, on_timeout) from `hook DIALECT [--timeout S] [--on-timeout M]`,
+    read leniently: a timeout is clamped (unreadable: the default), a mode other than `ask`
+    or `defer` is `deny`, anything unknown is ignored."""
+    args = argv[1:] if argv and argv[0] == "hook" else argv
+    dialect = args[0] if args else ""
+    timeout, on_timeout = DEFAULT_HOOK_TIMEOUT, "deny"
+    rest = args[1:]
+    for i, arg in enumerate(rest):
+        name, eq, value = arg.partition("=")
+        if not eq:
+            value = rest[i + 1] if i + 1 < len(rest) else ""
+        if name == "--timeout":
+            timeout = clamp_timeout(value)
+        elif name == "--on-timeout":
+            on_timeout = value if value in ("ask", "defer") else "deny"
+    return dialect, timeout, on_timeout
+
+
+def read_stdin(stream: BinaryIO | TextIO) -> HookBody:
+    """Read at most the limit (and one byte more, to tell it was passed)."""
+    binary = getattr(stream, "buffer", None)
+    if binary is not None:
+        data: bytes = binary.read(MAX_HOOK_BODY_BYTES + 1)
+    else:
+        raw = stream.read(MAX_HOOK_BODY_BYTES + 1)
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return read_hook_body(data)
+
+
+def main(
+    argv: list[str],
+    stdin: BinaryIO | TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    started: float | None = None,
+) -> int:
+    """Run the hook; returns the exit status, always 0. `started` (monotonic clock): when the
+    agent's clock for the hook's timeout started (default: now)."""
+    started = time.monotonic() if started is None else started
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    shape: Any = "PreToolUse"
+    try:
+        dialect, timeout, on_timeout = hook_options(argv)
+        body = read_stdin(stdin)
+        shape = body.shape
+        output = answer(dialect, body, timeout, on_timeout, stderr, env, started)
+    except BaseException as e:
+        print(f"approval-bot hook: failed ({type(e).__name__}); denied", file=stderr)
+        output = deny(shape, "Approval hook error: internal error; denied")
+    if output:
+        print(json.dumps(output, ensure_ascii=False), file=stdout)
+    stdout.flush()
+    return 0
+
+
+def answer(
+    dialect: str,
+    body: HookBody,
+    timeout: float,
+    on_timeout: str,
+    stderr: TextIO,
+    env: dict[str, str] | None,
+    started: float,
+) -> dict[str, Any] | None:
+    if body.ungated:
+        return None  # not ours to decide: print nothing
+    if dialect not in DIALECTS:
+        message = f"unknown agent {dialect!r}; use one of {', '.join(DIALECTS)}"
+        print(f"approval-bot hook: {message}", file=stderr)
+        return deny(body.shape, f"Approval hook error: {message}")
+    if body.problem is not None or body.payload is None:
+        print(f"approval-bot hook: {body.problem}", file=stderr)
+        return deny(body.shape, f"Approval hook error: {body.problem}")
+    from bot.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(env)
+    except SettingsError as e:
+        problems = "; ".join(e.problems)
+        print(f"approval-bot hook: configuration error: {problems}", file=stderr)
+        return deny(body.shape, f"Approval hook is misconfigured: {problems}")
+    return asyncio.run(
+        _review(dialect, body.payload, timeout, on_timeout, settings, stderr, started)
+    )
+
+
+async def _review(
+    dialect: str,
+    payload: dict[str, Any],
+    timeout: float,  # noqa: ASYNC109 - the agent's hook timeout, a budget run_hook keeps to
+    on_timeout: str,
+    settings: Any,
+    stderr: TextIO,
+    started: float,
+) -> dict[str, Any] | None:
+    from approvals.errors import AlreadyDecided
+    from approvals.integrations.coding_agents import (
+        answer_hook,
+        failure_reason,
+        for_dialect,
+        hook_metadata,
+        output_for_failure,
+        time_budget,
+    )
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+
+    named = payload.get("hook_event_name")
+    shape: Any = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
+    try:
+        from bot.cli import open_client
+
+        client = open_client(settings)
+    except Exception as e:
+        reason = getattr(e, "message", None) or failure_reason(e)
+        print(f"approval-bot hook: {reason}", file=stderr)
+        return for_dialect(dialect, output_for_failure(shape, str(reason)))  # type: ignore[arg-type]
+    try:
+        metadata = hook_metadata(payload)
+    except Exception:
+        metadata = {}  # answer_hook denies input that does not validate
+    # Reviewers see the real deadline: the hook's, or with defer the route's (the agent comes
+    # back for the answer later).
+    deferring = on_timeout == "defer"
+    config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=timeout)
+
+    async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        return (await client.submit(event, config, metadata=metadata)).to_request()
+
+    async def wait(request_id: str, limit: float) -> ApprovalRequest:
+        return (await client.wait(request_id, limit)).to_request()
+
+    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+        try:
+            cancelled = await client.cancel(request_id, reason=reason)
+        except AlreadyDecided:
+            cancelled = await client.get(request_id)
+        return cancelled.to_request()
+
+    budget = time_budget(timeout) - max(0.0, time.monotonic() - started)
+    try:
+        return await answer_hook(
+            dialect,  # type: ignore[arg-type]
+            payload,
+            submit,
+            wait,
+            timeout=max(budget, 0.05),
+            on_timeout=on_timeout,  # type: ignore[arg-type]
+            cancel=cancel,
+        )
+    finally:
+        try:
+            await client.aclose()
+        except Exception:
+            log.warning("closing the client failed", exc_info=True)

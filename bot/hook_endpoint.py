@@ -1,0 +1,129 @@
+"""`POST /hooks/claude-code`, Claude Code's `http` hook: always HTTP 200 with a decision it reads.
+
+Claude Code runs the tool when an http hook answers non-2xx, so nothing here
+answers anything else: bad or missing credentials, a body that cannot be read,
+hook JSON that does not validate, a reused `tool_use_id` with other content, a
+store outage, a timeout and any bug are all a deny (PreToolUse
+`permissionDecision: "deny"`, PermissionRequest `decision.behavior: "deny"`),
+with a reason that names the problem and no internals. Events the bot does not
+gate (PostToolUse, UserPromptSubmit, Stop, …) get `{}`: no decision.
+
+Query: `timeout` (the hook's timeout in settings.json, seconds; default
+Claude Code's 600, clamped into range, never refused) and `on_timeout`
+(`deny`, the default, `ask` or `defer`; anything else is `deny`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from approvals.integrations.coding_agents import (
+    DEFAULT_HOOK_TIMEOUT,
+    ON_TIMEOUT,
+    OnTimeout,
+    answer_hook,
+    hook_metadata,
+    time_budget,
+)
+from approvals.integrations.hook_input import (
+    MAX_HOOK_BODY_BYTES,
+    HookBody,
+    clamp_timeout,
+    deny,
+    read_hook_body,
+    too_large,
+)
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from bot.context import BotContext
+from bot.principals import AuthProblem, Principals
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 64 * 1024
+
+
+async def read_body(request: web.Request, limit: int = MAX_HOOK_BODY_BYTES) -> HookBody:
+    """Read at most `limit` bytes of the body; never raises for what the client sent."""
+    if request.content_length is not None and request.content_length > limit:
+        return too_large(await request.content.read(_CHUNK), request.content_length, limit)
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(_CHUNK):
+        body.extend(chunk)
+        if len(body) > limit:
+            return too_large(bytes(body[:_CHUNK]), None, limit)
+    return read_hook_body(bytes(body), limit)
+
+
+class ClaudeCodeHook:
+    """The handler, bound to one `BotContext` and the API's principals."""
+
+    def __init__(self, ctx: BotContext, principals: Principals) -> None:
+        self.ctx = ctx
+        self.principals = principals
+
+    async def handle(self, request: web.Request) -> web.Response:
+        shape: Any = "PreToolUse"
+        try:
+            body = await read_body(request)
+            shape = body.shape
+            output = await self.answer(request, body)
+        except asyncio.CancelledError:
+            raise  # the client went away: nobody to answer
+        except Exception:
+            log.exception("hook endpoint failed")
+            output = deny(shape, "Approval service error: internal error (see the bot's log)")
+        self.ctx.count("hook_calls")
+        return web.json_response(output)
+
+    async def answer(self, request: web.Request, body: HookBody) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if body.ungated:
+            return {}  # not ours to decide: no decision
+        if body.problem is not None or body.payload is None:
+            log.info("hook input refused problem=%s", body.problem)
+            return deny(body.shape, f"Approval service error: {body.problem}")
+        try:
+            principal = self.principals.authenticate(request.headers.get("Authorization"))
+        except AuthProblem as e:
+            log.info("hook refused code=%s", e.code)
+            return deny(body.shape, f"Approval service refused the hook: {e.message}")
+        hook_timeout = clamp_timeout(request.query.get("timeout"), default=DEFAULT_HOOK_TIMEOUT)
+        asked = request.query.get("on_timeout")
+        on_timeout: OnTimeout = next((m for m in ON_TIMEOUT if m == asked), "deny")
+        payload = body.payload
+        try:
+            metadata = hook_metadata(payload)
+        except Exception:
+            metadata = {}  # answer_hook denies input that does not validate
+        # The request's deadline is when the hook stops waiting, so reviewers see the real one;
+        # with defer the agent comes back for the answer later: the route's deadline.
+        deferring = on_timeout == "defer"
+        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=hook_timeout)
+
+        async def submit(event: ApprovalEvent) -> ApprovalRequest:
+            return await self.ctx.service.submit(
+                event, config, principal=principal.name, metadata=metadata
+            )
+
+        async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+            result = await self.ctx.service.cancel(
+                request_id, by=principal.name, reason=reason, via="hook"
+            )
+            return result.request
+
+        budget = time_budget(hook_timeout) - (loop.time() - started)
+        output = await answer_hook(
+            "claude-code",
+            payload,
+            submit,
+            self.ctx.waiter.wait,
+            timeout=max(budget, 0.05),
+            on_timeout=on_timeout,
+            cancel=cancel,
+        )
+        return output or {}
