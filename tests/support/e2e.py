@@ -48,7 +48,7 @@ def bot_config(redis_url: str, keys: Keys, slack: SlackEmulator | None, **kw: An
         slack_bot_token="xoxb-test" if slack else None,
         slack_signing_secret=SIGNING_SECRET if slack else None,
         slack_api_url=slack.api_url if slack else "https://slack.com/api/",
-        api_tokens=("test-token",),
+        api_tokens=kw.pop("api_tokens", ("test-token",)),
         default_channel=CHANNEL,
         consumer=f"c-{uuid.uuid4().hex[:6]}",
         dispatcher=options,
