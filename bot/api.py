@@ -193,8 +193,17 @@ class ApprovalsAPI:
 
     def __init__(self, ctx: BotContext) -> None:
         self.ctx = ctx
-        self.principals = Principals(ctx.api_tokens, ctx.admin_tokens)
+        self._tokens: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._principals = Principals(())
         self.document = openapi_document()
+
+    @property
+    def principals(self) -> Principals:
+        """The principals of the tokens `ctx` holds now (rebuilt when they change)."""
+        tokens = (self.ctx.api_tokens, self.ctx.admin_tokens)
+        if tokens != self._tokens:
+            self._principals, self._tokens = Principals(*tokens), tokens
+        return self._principals
 
     def guard(self, handler: Handler) -> Handler:
         """Bearer-token check in front of `handler` (401 none, 403 wrong, 503 none configured)."""
@@ -287,5 +296,5 @@ def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).
-    app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, api.principals).handle)
+    app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, lambda: api.principals).handle)
     return api

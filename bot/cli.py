@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
         # Hooks never fail open: always exit 0 with a decision (bot.hook_command).
         from bot import hook_command
 
-        return hook_command.main(given, started=started)
+        return hook_command.main(given, started=started, open_client=open_client)
     args = build_parser().parse_args(argv)
     args.started = started
     try:

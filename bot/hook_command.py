@@ -16,7 +16,8 @@ import json
 import logging
 import sys
 import time
-from typing import Any, BinaryIO, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
 from approvals.integrations.hook_input import (
@@ -27,7 +28,13 @@ from approvals.integrations.hook_input import (
     read_hook_body,
 )
 
+if TYPE_CHECKING:
+    from approvals.client import ApprovalClient
+
 log = logging.getLogger(__name__)
+
+#: Makes the approvals client from the settings (`bot.cli.open_client`).
+OpenClient = Callable[[Any], "ApprovalClient"]
 
 DIALECTS = ("claude-code", "codex")
 
@@ -69,10 +76,12 @@ def main(
     stderr: TextIO | None = None,
     env: dict[str, str] | None = None,
     *,
+    open_client: OpenClient,
     started: float | None = None,
 ) -> int:
-    """Run the hook; returns the exit status, always 0. `started` (monotonic clock): when the
-    agent's clock for the hook's timeout started (default: now)."""
+    """Run the hook; returns the exit status, always 0. `open_client` makes the client from
+    the settings (`bot.cli.open_client`); `started` (monotonic clock): when the agent's clock
+    for the hook's timeout started (default: now)."""
     started = time.monotonic() if started is None else started
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
@@ -82,7 +91,7 @@ def main(
         dialect, timeout, on_timeout = hook_options(argv)
         body = read_stdin(stdin)
         shape = body.shape
-        output = answer(dialect, body, timeout, on_timeout, stderr, env, started)
+        output = answer(dialect, body, timeout, on_timeout, stderr, env, started, open_client)
     except BaseException as e:
         print(f"approval-bot hook: failed ({type(e).__name__}); denied", file=stderr)
         output = deny(shape, "Approval hook error: internal error; denied")
@@ -100,6 +109,7 @@ def answer(
     stderr: TextIO,
     env: dict[str, str] | None,
     started: float,
+    open_client: OpenClient,
 ) -> dict[str, Any] | None:
     if body.ungated:
         return None  # not ours to decide: print nothing
@@ -119,7 +129,7 @@ def answer(
         print(f"approval-bot hook: configuration error: {problems}", file=stderr)
         return deny(body.shape, f"Approval hook is misconfigured: {problems}")
     return asyncio.run(
-        _review(dialect, body.payload, timeout, on_timeout, settings, stderr, started)
+        _review(dialect, body.payload, timeout, on_timeout, settings, stderr, started, open_client)
     )
 
 
@@ -131,6 +141,7 @@ async def _review(
     settings: Any,
     stderr: TextIO,
     started: float,
+    open_client: OpenClient,
 ) -> dict[str, Any] | None:
     from approvals.errors import AlreadyDecided
     from approvals.integrations.coding_agents import (
@@ -146,8 +157,6 @@ async def _review(
     named = payload.get("hook_event_name")
     shape: Any = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
     try:
-        from bot.cli import open_client
-
         client = open_client(settings)
     except Exception as e:
         reason = getattr(e, "message", None) or failure_reason(e)

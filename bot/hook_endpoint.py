@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -61,7 +62,7 @@ async def read_body(request: web.Request, limit: int = MAX_HOOK_BODY_BYTES) -> H
 class ClaudeCodeHook:
     """The handler, bound to one `BotContext` and the API's principals."""
 
-    def __init__(self, ctx: BotContext, principals: Principals) -> None:
+    def __init__(self, ctx: BotContext, principals: Callable[[], Principals]) -> None:
         self.ctx = ctx
         self.principals = principals
 
@@ -88,7 +89,7 @@ class ClaudeCodeHook:
             log.info("hook input refused problem=%s", body.problem)
             return deny(body.shape, f"Approval service error: {body.problem}")
         try:
-            principal = self.principals.authenticate(request.headers.get("Authorization"))
+            principal = self.principals().authenticate(request.headers.get("Authorization"))
         except AuthProblem as e:
             log.info("hook refused code=%s", e.code)
             return deny(body.shape, f"Approval service refused the hook: {e.message}")

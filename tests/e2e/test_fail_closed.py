@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from approvals.policy_file import parse_policy
 from bot import hook_command
+from bot.cli import open_client
 from bot.context import BotContext
 
 GATED = ("PreToolUse", "PermissionRequest")
@@ -280,7 +281,12 @@ def run_command_hook(
 ) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = hook_command.main(
-        ["hook", dialect, *args], stdin=io.BytesIO(body), stdout=out, stderr=err, env=env
+        ["hook", dialect, *args],
+        stdin=io.BytesIO(body),
+        stdout=out,
+        stderr=err,
+        env=env,
+        open_client=open_client,
     )
     return code, out.getvalue(), err.getvalue()
 

@@ -219,7 +219,7 @@ async def test_a_thousand_route_names_do_not_grow_the_bot(
     before = (
         len(asyncio.all_tasks()),
         len(bot.dispatcher._queues),
-        len(bot.dispatcher._paces),
+        len(bot.dispatcher.slack._paces),
         len(bot.dispatcher._workers),
     )
     names = [f"route-{uuid.uuid4().hex}" for _ in range(1000)]
@@ -233,7 +233,7 @@ async def test_a_thousand_route_names_do_not_grow_the_bot(
         return (
             len(asyncio.all_tasks()),
             len(bot.dispatcher._queues),
-            len(bot.dispatcher._paces),
+            len(bot.dispatcher.slack._paces),
             len(bot.dispatcher._workers),
         )
 

@@ -9,8 +9,9 @@ import pytest
 from aiohttp import web
 
 from approvals.policy_file import parse_policy
-from approvals.store.webhooks import DEFAULT_PRINCIPAL, WebhookSecrets
+from approvals.store.webhooks import WebhookSecrets
 from bot.context import BotContext
+from bot.principals import derived_name
 from bot.webhooks import WebhookOptions, WebhookWorker
 
 FAST = WebhookOptions(
@@ -40,7 +41,8 @@ async def webhooks(ctx: BotContext) -> AsyncIterator[WebhookWorker]:
 
 @pytest.fixture
 async def secret(ctx: BotContext) -> str:
-    return await WebhookSecrets(ctx.redis, ctx.keys).current(DEFAULT_PRINCIPAL)
+    # Webhooks are signed with the asking principal's secret: here the test token's.
+    return await WebhookSecrets(ctx.redis, ctx.keys).current(derived_name("test-token"))
 
 
 @pytest.fixture
