@@ -1,7 +1,7 @@
 """The real Claude Code CLI against `approval-bot mcp` and the `defer` hook (not part of the
 default test command; run `.venv/bin/python scripts/check_mcp_claude.py [--version V]`).
 
-Claude Code is installed from the npm registry into the cache (`scripts/check_agents.py`'s
+Claude Code is installed from the npm registry into the cache (`scripts/agent_harness.py`'s
 `install`), the model is the scripted Anthropic API of `tests/support/fake_models.py` (the
 prompt `RUN[case]: <command>` makes it call Bash once), Redis is a throwaway server, and a
 reviewer decides through the real service. Cases:
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from check_agents import install  # noqa: E402
+from agent_harness import install  # noqa: E402
 
 from approvals.policy_file import default_policy  # noqa: E402
 from approvals.service import Actor, ApprovalService  # noqa: E402
