@@ -87,8 +87,9 @@ class CallbackRefused(Exception):
 
 
 def principal_of(request: ApprovalRequest) -> str:
-    """Whose secret signs `request`'s webhook."""
-    return str(getattr(request, "principal", None) or DEFAULT_PRINCIPAL)
+    """Whose secret signs `request`'s webhook: the API token's principal that asked, or
+    `default` for a trusted caller without one (Redis transport, in-process)."""
+    return request.principal or DEFAULT_PRINCIPAL
 
 
 class GuardedResolver(AbstractResolver):

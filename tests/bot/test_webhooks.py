@@ -231,6 +231,39 @@ async def test_rotation_signs_with_both_secrets_for_the_grace_period(
     assert await ctx.redis.ttl(ctx.keys.webhook_secret(DEFAULT_PRINCIPAL)) > 0
 
 
+async def test_each_principal_signs_with_its_own_secret(
+    ctx: BotContext, api_url: str, start_worker: Start
+) -> None:
+    ctx.api_tokens = ("ci-agent:tok-ci", "ops-agent:tok-ops")
+    secrets = WebhookSecrets(ctx.redis, ctx.keys)
+    async with WebhookReceiver() as receiver:
+        await start_worker()
+        ids = {}
+        for name, token in (("ci-agent", "tok-ci"), ("ops-agent", "tok-ops")):
+            headers = {"Authorization": f"Bearer {token}"}
+            body = {"tool_name": "deploy", "arguments": {}, "callback": {"url": receiver.url}}
+            async with aiohttp.ClientSession(headers=headers) as http:
+                async with http.post(f"{api_url}/v1/approvals", json=body) as resp:
+                    assert resp.status == 201, await resp.text()
+                    ids[name] = (await resp.json())["id"]
+            await approve(ctx, await ctx.store.get(ids[name]))
+        got = await receiver.wait_for(2)
+        ci, ops = await secrets.current("ci-agent"), await secrets.current("ops-agent")
+        assert ci != ops
+        by_id = {r.headers["webhook-id"]: r for r in got}
+        ci_hook, ops_hook = by_id[f"msg_{ids['ci-agent']}"], by_id[f"msg_{ids['ops-agent']}"]
+        assert Webhook(ci).verify(ci_hook.body, ci_hook.headers)["data"]["principal"] == "ci-agent"
+        assert (
+            Webhook(ops).verify(ops_hook.body, ops_hook.headers)["data"]["id"] == ids["ops-agent"]
+        )
+        with pytest.raises(WebhookVerificationError):
+            Webhook(ops).verify(ci_hook.body, ci_hook.headers)
+        with pytest.raises(WebhookVerificationError):
+            Webhook(ci).verify(ops_hook.body, ops_hook.headers)
+        delivery = await Deliveries(ctx.redis, ctx.keys).get(ids["ci-agent"])
+        assert delivery is not None and delivery.principal == "ci-agent"
+
+
 # -- retries ---------------------------------------------------------------------------------------
 
 
