@@ -277,7 +277,7 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     handlers = api.add_routes(app, ctx)
     from bot.mcp.http import add_routes as add_mcp_routes  # the MCP SDK loads only for serve
 
-    add_mcp_routes(app, ctx, handlers.authorize)
+    add_mcp_routes(app, ctx, handlers.authorize, lambda h: handlers.principals.authenticate(h))
     return app
 
 

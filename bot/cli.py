@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("mcp", help="the approvals MCP server over stdio (permission_prompt, …)")
     p.add_argument("--agent", default="mcp", help="the agent name reviewers see")
     p.add_argument("--session-id", help="a session id for every request")
+    p.add_argument("--route", help="the policy route to ask on (rules still win)")
     p.add_argument(
         "--progress-interval",
         type=positive_duration,

@@ -45,7 +45,9 @@ async def _serve(
 ) -> int:
     from bot.mcp.server import ServerOptions, run_stdio
 
-    options = ServerOptions(agent=args.agent, session_id=args.session_id, wait=wait)
+    options = ServerOptions(
+        agent=args.agent, session_id=args.session_id, route=args.route, wait=wait
+    )
     async with open_client(settings) as client:
         await run_stdio(client, options)
     return 0

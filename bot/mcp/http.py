@@ -130,10 +130,13 @@ class McpEndpoint:
         self,
         ctx: BotContext,
         authorize: Callable[[web.Request], Any],
+        principal_of: Callable[[str | None], Any],
         wait: WaitOptions | None = None,
     ) -> None:
         self.ctx = ctx
         self.authorize = authorize
+        #: `Authorization` header → the caller's principal (`.name`); raises when invalid.
+        self.principal_of = principal_of
         options = ServerOptions(agent="mcp", wait=wait or WaitOptions())
         self.approvals = ApprovalsServer(self.client_for, options)
         self.manager = StreamableHTTPSessionManager(app=self.approvals.server)
@@ -141,8 +144,13 @@ class McpEndpoint:
         self._task: asyncio.Task[None] | None = None
 
     def client_for(self, call: ServerRequestContext[Any, Any]) -> ApprovalClient:
-        """The calling token's client; the token was checked before the call reached the SDK."""
-        return ApprovalClient(BotTransport(self.ctx))
+        """A client asking as the principal of the HTTP request that carries this call (each
+        POST is authenticated again: a session id is no credential). Raises — and the tool
+        denies — when there is no valid token."""
+        headers = getattr(call.request, "headers", None)
+        header = headers.get("authorization") if headers is not None else None
+        principal = self.principal_of(header)
+        return ApprovalClient(BotTransport(self.ctx, principal=principal.name))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
@@ -179,10 +187,14 @@ MCP_ENDPOINT: web.AppKey[McpEndpoint] = web.AppKey("mcp_endpoint", McpEndpoint)
 
 
 def add_routes(
-    app: web.Application, ctx: BotContext, authorize: Callable[[web.Request], Any]
+    app: web.Application,
+    ctx: BotContext,
+    authorize: Callable[[web.Request], Any],
+    principal_of: Callable[[str | None], Any],
 ) -> McpEndpoint:
-    """Serve the approvals MCP server at `/mcp` on `app`, started and stopped with it."""
-    endpoint = McpEndpoint(ctx, authorize)
+    """Serve the approvals MCP server at `/mcp` on `app`, started and stopped with it.
+    `authorize` is the HTTP API's check of a request; `principal_of` its check of a header."""
+    endpoint = McpEndpoint(ctx, authorize, principal_of)
     app[MCP_ENDPOINT] = endpoint
     app.router.add_route("*", MCP_PATH, endpoint.handle)
     app.router.add_route("*", MCP_PATH + "/", endpoint.handle)

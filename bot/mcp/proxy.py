@@ -230,7 +230,7 @@ class GatingProxy:
         if policy is None:  # the policy lives in the bot (HTTP transport)
             return MAYBE_NOTE
         event = ApprovalEvent(tool_name=tool_name(self.options.name, tool), arguments={})
-        action = policy.evaluate(event, ApprovalConfig()).action
+        action = policy.evaluate(event, ApprovalConfig(), requested_route=self.options.route).action
         if action == "allow":
             return None
         return DENIED_NOTE if action == "deny" else GATED_NOTE
@@ -259,6 +259,7 @@ class GatingProxy:
             approval = await self.approvals.submit(
                 event,
                 ApprovalConfig(),
+                route=self.options.route,
                 metadata={"via": "mcp-proxy", "mcp_server": self.options.name},
             )
             log.info("gated call tool=%s id=%s status=%s", full_name, approval.id, approval.status)

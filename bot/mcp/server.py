@@ -64,6 +64,8 @@ class ServerOptions:
 
     agent: str = "mcp"
     session_id: str | None = None
+    #: The policy route to ask on when the call names none (rules still win).
+    route: str | None = None
     wait: WaitOptions = field(default_factory=WaitOptions)
 
 
@@ -91,6 +93,7 @@ class RequestApprovalInput(BaseModel):
     deadline_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
     prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     call_id: str | None = Field(default=None, min_length=1, max_length=200)
+    route: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 class AskHumanInput(BaseModel):
@@ -100,6 +103,7 @@ class AskHumanInput(BaseModel):
     options: list[str] | None = None
     deadline_seconds: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
     call_id: str | None = Field(default=None, min_length=1, max_length=200)
+    route: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -260,10 +264,16 @@ class ApprovalsServer:
         event: ApprovalEvent,
         config: ApprovalConfig,
         tool: str,
+        route: str | None = None,
     ) -> Approval | None:
         """Submit, then wait with progress; None when no decision came in time."""
         client = self.client_for(ctx)
-        approval = await client.submit(event, config, metadata={"via": "mcp", "mcp_tool": tool})
+        approval = await client.submit(
+            event,
+            config,
+            route=route or self.options.route,
+            metadata={"via": "mcp", "mcp_tool": tool},
+        )
         log.info("mcp %s id=%s status=%s", tool, approval.id, approval.status)
 
         async def progress(done: float, message: str) -> None:
@@ -306,7 +316,7 @@ class ApprovalsServer:
                 prompt=args.prompt,
             )
             event = self._event(args.action, args.arguments, args.call_id)
-            approval = await self._ask(ctx, event, config, REQUEST_APPROVAL)
+            approval = await self._ask(ctx, event, config, REQUEST_APPROVAL, args.route)
         except Exception as e:
             log.warning("request_approval failed error=%r", e)
             return text_result(failure_payload(_message(e)), is_error=True)
@@ -325,7 +335,7 @@ class ApprovalsServer:
                 prompt=args.question,
             )
             event = self._event(ASK_HUMAN, {"question": args.question}, args.call_id)
-            approval = await self._ask(ctx, event, config, ASK_HUMAN)
+            approval = await self._ask(ctx, event, config, ASK_HUMAN, args.route)
         except Exception as e:
             log.warning("ask_human failed error=%r", e)
             return text_result({"answered": False, **failure_payload(_message(e))}, is_error=True)

@@ -22,6 +22,7 @@ from bot.app import Bot
 from bot.mcp.http import MCP_ENDPOINT
 from bot.mcp.server import ServerOptions
 from bot.mcp.waiting import WaitOptions
+from bot.principals import derived_name
 from tests.support.e2e import BotFactory, posted_message
 from tests.support.mcp import ProgressLog, pending_for, settled
 from tests.support.slack_emulator import SlackEmulator
@@ -77,6 +78,7 @@ async def test_permission_prompt_over_http_waits_for_a_signed_click(
     assert answer(result) == {"behavior": "allow", "updatedInput": {"pr": 42}}
     decided = await bot.ctx.store.get(request.id)
     assert decided.decision is not None and decided.decision.decided_by == "U0ALICE"
+    assert decided.principal == derived_name("test-token")  # asked by the token's principal
 
 
 async def test_a_cancelled_http_call_is_withdrawn_and_its_message_says_so(

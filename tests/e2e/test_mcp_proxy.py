@@ -266,3 +266,25 @@ def _listening(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+async def test_route_names_the_policy_route_to_ask_on(
+    redis_url: str, keys: Keys, ctx: BotContext, tmp_path: Path, upstream_log: Path
+) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n  ops:\n    channel: C0OPS\n"
+    )
+    env = agent_env(
+        redis_url, keys, APPROVALS_POLICY_FILE=str(policy_file), UPSTREAM_LOG=str(upstream_log)
+    )
+    async with Client(proxy(env, "--route", "ops"), mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("read_file", {"path": "a"}))
+        request = await decide_next(ctx.service, "mcp__files__read_file")
+        assert text(await call) == "contents of a"
+    assert (request.route, request.channel) == ("ops", "C0OPS")
+    async with Client(proxy(env, "--route", "nope"), mode="legacy") as client:
+        result = await client.call_tool("read_file", {"path": "b"})
+    assert result.is_error
+    assert text(result).startswith("Not called: approval service error: unknown route 'nope'")
+    assert calls(upstream_log) == [{"tool": "read_file", "arguments": {"path": "a"}}]

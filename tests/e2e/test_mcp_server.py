@@ -145,6 +145,9 @@ async def test_request_approval_of_each_kind_and_ask_human(
         await decide_next(ctx.service, "ask_human", selection="later")
         assert answer(await call)["answer"] == "later"
 
+        unrouted = await client.call_tool("request_approval", {"action": "x", "route": "nope"})
+        assert unrouted.is_error and "unknown route 'nope'" in answer(unrouted)["reason"]
+
         bad = await client.call_tool("request_approval", {"action": "x", "kind": "choice"})
         assert bad.is_error
         assert answer(bad)["approved"] is False
