@@ -183,12 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
 # -- plumbing ----------------------------------------------------------------------------------
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+def configure_logging(level: str, fmt: str = "text") -> None:
+    """The one place logging is configured (`bot.logs`: escaped lines or JSON lines)."""
+    from bot import logs
+
+    logs.configure(level, fmt)
 
 
 def locate_redis(settings: Settings) -> redis_location.Located:
@@ -284,7 +283,7 @@ def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
 def serve(settings: Settings) -> int:
     from bot.app import serve as serve_bot
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         asyncio.run(serve_bot(settings))
     except KeyboardInterrupt:
@@ -340,9 +339,9 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     if args.command in ("mcp", "mcp-proxy"):
         from bot.mcp.commands import run_mcp  # lazy: the MCP SDK loads only for these
 
-        configure_logging("WARNING")
+        configure_logging("WARNING", settings.log_format)
         return run_mcp(args, settings, open_client)
-    configure_logging("WARNING")
+    configure_logging("WARNING", settings.log_format)
     try:
         return asyncio.run(run(args, settings, sys.stdout))
     except CliError as e:

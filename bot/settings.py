@@ -217,6 +217,15 @@ def _prefix(value: str) -> str:
     return value
 
 
+def _log_format(value: str) -> str:
+    value = value.lower()
+    from bot.logs import FORMATS
+
+    if value not in FORMATS:
+        raise ValueError(f"must be one of {', '.join(FORMATS)}")
+    return value
+
+
 def _log_level(value: str) -> str:
     value = value.upper()
     if value not in LOG_LEVELS:
@@ -334,6 +343,10 @@ class Settings(BaseSettings):
         default_factory=lambda: default_data_dir(), validation_alias="APPROVALS_DATA_DIR"
     )
     log_level: Annotated[str, _on_text(_log_level)] = Field("INFO", validation_alias="LOG_LEVEL")
+    #: `text` (one escaped line per record) or `json` (one JSON object per line).
+    log_format: Annotated[str, _on_text(_log_format)] = Field(
+        "text", validation_alias="LOG_FORMAT"
+    )
 
     # Who may call, who decides, where it goes
     approvals_api_tokens: Annotated[
