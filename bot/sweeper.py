@@ -42,8 +42,12 @@ class Sweeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # With a Redis socket timeout a cancellation can surface inside a sweep as a redis
+            # TimeoutError, which the loop logs and survives: cancel until it has ended.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=0.5)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
 
