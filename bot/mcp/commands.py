@@ -59,7 +59,8 @@ async def _proxy(
     open_client: Callable[[Any], ApprovalClient],
     wait: WaitOptions,
 ) -> int:
-    from bot.mcp.proxy import ProxyOptions, Upstream, run_proxy
+    from bot.mcp.proxy import ProxyOptions, run_proxy
+    from bot.mcp.upstream import Upstream
 
     command = list(args.upstream or [])
     if command and command[0] == "--":

@@ -15,31 +15,25 @@ stdio, with every `tools/call` gated by the approvals policy and Slack.
 - Upstream notifications are relayed to the client; upstream progress for a
   forwarded call is relayed (offset so it keeps increasing); a cancelled call
   withdraws its request or, once forwarded, cancels the upstream call.
-- The upstream gets this process's environment minus the approval and Slack
-  credentials (it must not be able to decide its own calls). When it exits,
-  calls answer with an error naming that, and the proxy exits (status 1).
+- The upstream (`bot/mcp/upstream.py`) gets this process's environment minus the
+  approval and Slack credentials. When it exits, calls answer with an error naming
+  that, and the proxy exits (status 1).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import sys
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import anyio
 import httpx2
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.session import IncomingMessage
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
@@ -52,13 +46,11 @@ from approvals.integrations.coding_agents import decision_text
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy import Policy
 from bot.mcp.stdio import repaired_stdio_server
+from bot.mcp.upstream import Upstream, UpstreamGone
 from bot.mcp.waiting import WaitOptions, await_decision
 
 log = logging.getLogger(__name__)
 
-#: Environment variables the upstream never sees: they could decide its own calls.
-PRIVATE_ENV = ("APPROVALS_", "SLACK_", "REDIS_URL")
-_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 GATED_NOTE = "[approval-bot: calls need approval in Slack]"
 DENIED_NOTE = "[approval-bot: calls are denied by policy]"
 MAYBE_NOTE = "[approval-bot: calls may need approval in Slack]"
@@ -66,56 +58,6 @@ MAYBE_NOTE = "[approval-bot: calls may need approval in Slack]"
 LINGER_SECONDS = 0.5
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """The gated server: a command to start (stdio) or a Streamable HTTP URL (with a bearer
-    token read from the environment variable `bearer_env`, when given)."""
-
-    command: list[str] = field(default_factory=list)
-    url: str | None = None
-    bearer_env: str | None = None
-
-    def default_name(self) -> str:
-        """`mcp__<name>__…`: the command's file name, else the URL's host."""
-        if self.command:
-            raw = Path(self.command[0]).stem
-            # `npx -y @scope/server-x`, `uvx server-x`, `python -m pkg`: the package names it.
-            for arg in reversed(self.command[1:]):
-                if not arg.startswith("-"):
-                    raw = arg.rsplit("/", 1)[-1].split("@", 1)[0] or raw
-                    break
-        else:
-            raw = urlparse(self.url or "").hostname or "upstream"
-        return _NAME.sub("_", raw).strip("_") or "upstream"
-
-    @asynccontextmanager
-    async def connect(self, message_handler: Any) -> AsyncIterator[Client]:
-        """An SDK client connected to the upstream, with no response caching. It speaks the
-        handshake era (every server does): there the upstream's own notifications (list
-        changes, resource updates, log messages) arrive unasked, so they can be relayed."""
-        if self.url:
-            headers = {}
-            if self.bearer_env:
-                token = os.environ.get(self.bearer_env, "").strip()
-                if not token:
-                    raise UpstreamGone(f"{self.bearer_env} (the upstream's bearer token) is empty")
-                headers["Authorization"] = f"Bearer {token}"
-            timeout = httpx2.Timeout(30.0, read=300.0)  # a response stream may stay open
-            async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
-                transport = streamable_http_client(self.url, http_client=http)
-                async with Client(
-                    transport, message_handler=message_handler, cache=None, mode="legacy"
-                ) as client:
-                    yield client
-            return
-        env = {k: v for k, v in os.environ.items() if not k.startswith(PRIVATE_ENV)}
-        params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=env)
-        async with Client(
-            params, message_handler=message_handler, cache=None, mode="legacy"
-        ) as client:
-            yield client
 
 
 @dataclass(frozen=True)
@@ -134,10 +76,6 @@ def tool_name(server: str, tool: str) -> str:
 
 def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-
-
-class UpstreamGone(Exception):
-    """The upstream MCP server exited or its connection broke."""
 
 
 class GatingProxy:
