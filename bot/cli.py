@@ -145,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", default=None, help="the agent name reviewers see")
     p.add_argument("--upstream-url", help="a Streamable HTTP upstream instead of a command")
     p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="serve the client over Streamable HTTP at /mcp instead of stdio",
+    )
+    p.add_argument(
+        "--listen-token-env",
+        metavar="VAR",
+        help="with --listen: the environment variable holding the bearer token clients send",
+    )
+    p.add_argument(
         "--upstream-bearer-env",
         metavar="VAR",
         help="the environment variable holding the HTTP upstream's bearer token",

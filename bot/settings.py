@@ -344,9 +344,7 @@ class Settings(BaseSettings):
     )
     log_level: Annotated[str, _on_text(_log_level)] = Field("INFO", validation_alias="LOG_LEVEL")
     #: `text` (one escaped line per record) or `json` (one JSON object per line).
-    log_format: Annotated[str, _on_text(_log_format)] = Field(
-        "text", validation_alias="LOG_FORMAT"
-    )
+    log_format: Annotated[str, _on_text(_log_format)] = Field("text", validation_alias="LOG_FORMAT")
 
     # Who may call, who decides, where it goes
     approvals_api_tokens: Annotated[

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -77,5 +78,22 @@ async def _proxy(
         mark_gated=args.mark_gated,
         wait=wait,
     )
+    listen = _listen(args) if args.listen else None
     async with open_client(settings) as client:
-        return await run_proxy(upstream, client, options)
+        return await run_proxy(upstream, client, options, listen)
+
+
+def _listen(args: argparse.Namespace) -> Any:
+    """`--listen HOST:PORT` with its token from `--listen-token-env`: never an open port."""
+    from bot.mcp.proxy import Listen
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen wants HOST:PORT, e.g. 127.0.0.1:8765, not {args.listen!r}")
+    name = args.listen_token_env
+    token = os.environ.get(name, "").strip() if name else ""
+    if not token:
+        raise UsageError(
+            "--listen needs a bearer token: --listen-token-env VAR, with the token in $VAR"
+        )
+    return Listen(host.strip("[]"), int(port), token)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import anyio
 from aiohttp import web
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -209,3 +211,39 @@ def add_routes(
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return endpoint
+
+
+def bearer_matches(header: str | None, token: str) -> bool:
+    """Whether `Authorization: Bearer …` carries `token` (compared in constant time)."""
+    scheme, _, given = (header or "").strip().partition(" ")
+    presented = given.strip().encode("utf-8", "replace")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented, token.encode())
+
+
+async def serve_streamable_http(
+    server: Any, host: str, port: int, token: str, until: anyio.Event
+) -> None:
+    """Serve the SDK `server` at http://host:port/mcp for `Bearer <token>` callers only,
+    until `until` is set (or this is cancelled)."""
+    manager = StreamableHTTPSessionManager(app=server)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if not bearer_matches(request.headers.get("Authorization"), token):
+            return web.json_response(
+                {"error": {"code": "unauthorized", "message": "send the proxy's bearer token"}},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="approval-bot mcp-proxy"'},
+            )
+        return await asgi_call(manager.handle_request, request)
+
+    app = web.Application()
+    app.router.add_route("*", MCP_PATH, handle)
+    async with manager.run():
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+            log.warning("mcp-proxy listening on http://%s:%d%s", host, port, MCP_PATH)
+            await until.wait()
+        finally:
+            await runner.cleanup()

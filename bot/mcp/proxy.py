@@ -1,7 +1,8 @@
 """`approval-bot mcp-proxy`: serve an upstream MCP server's tools, resources and prompts over
-stdio, with every `tools/call` gated by the approvals policy and Slack.
+stdio (or Streamable HTTP with `--listen`), with every `tools/call` gated by the approvals
+policy and Slack.
 
-    client ──stdio──> proxy ──stdio (a child process) or Streamable HTTP──> upstream
+    client ──stdio or HTTP──> proxy ──stdio (a child process) or Streamable HTTP──> upstream
 
 - `tools/call` becomes an approval request for `mcp__<server>__<tool>` (Claude
   Code's naming, so one policy serves both). A policy `allow`/`deny` answers at
@@ -58,6 +59,16 @@ MAYBE_NOTE = "[approval-bot: calls may need approval in Slack]"
 LINGER_SECONDS = 0.5
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Listen:
+    """`--listen HOST:PORT`: serve the client over Streamable HTTP at /mcp, for callers with
+    `Bearer <token>` only."""
+
+    host: str
+    port: int
+    token: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -342,14 +353,28 @@ class _Relay:
             await self.proxy.on_upstream_message(message)
 
 
-async def run_proxy(upstream: Upstream, approvals: ApprovalClient, options: ProxyOptions) -> int:
-    """Connect to the upstream, then serve the client on stdio until it (or the upstream) leaves.
-    Returns the exit status: 0 when the client closed, 1 when the upstream went away."""
+async def run_proxy(
+    upstream: Upstream,
+    approvals: ApprovalClient,
+    options: ProxyOptions,
+    listen: Listen | None = None,
+) -> int:
+    """Connect to the upstream, then serve the client on stdio (or, with `listen`, over
+    Streamable HTTP) until it (or the upstream) leaves. Returns the exit status: 0 when the
+    client closed, 1 when the upstream went away."""
     relay = _Relay()
     try:
         async with upstream.connect(relay) as connected:
             proxy = GatingProxy(connected, approvals, options)
             relay.proxy = proxy
+            if listen is not None:
+                from bot.mcp.http import serve_streamable_http
+
+                await serve_streamable_http(
+                    proxy.server, listen.host, listen.port, listen.token, proxy.lost
+                )
+                await anyio.sleep(LINGER_SECONDS)
+                return 1
             async with repaired_stdio_server() as (read, write), anyio.create_task_group() as tg:
 
                 async def serve() -> None:

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from approvals.policy_file import build_policy
 from approvals.store.keys import Keys
@@ -288,3 +290,51 @@ async def test_route_names_the_policy_route_to_ask_on(
     assert result.is_error
     assert text(result).startswith("Not called: approval service error: unknown route 'nope'")
     assert calls(upstream_log) == [{"tool": "read_file", "arguments": {"path": "a"}}]
+
+
+async def test_listen_serves_the_gated_tools_over_streamable_http(
+    redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
+) -> None:
+    port = free_port()
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log), PROXY_TOKEN="proxy-token")
+    flags = ("--listen", f"127.0.0.1:{port}", "--listen-token-env", "PROXY_TOKEN")
+    params = proxy(env, *flags)
+    served = await asyncio.create_subprocess_exec(
+        params.command, *params.args, env=params.env, cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        await eventually(lambda: _listening(port), within=30)
+        for token in (None, "wrong"):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            async with httpx2.AsyncClient(headers=headers) as http:
+                refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            assert refused.status_code == 401
+        headers = {"Authorization": "Bearer proxy-token"}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="legacy") as client:
+                call = asyncio.create_task(client.call_tool("delete_file", {"path": "/tmp/c"}))
+                await decide_next(ctx.service, "mcp__files__delete_file", "deny", reason="no")
+                denied = await call
+                call = asyncio.create_task(client.call_tool("read_file", {"path": "/tmp/c"}))
+                await decide_next(ctx.service, "mcp__files__read_file")
+                read = await call
+    finally:
+        served.terminate()
+        await served.wait()
+    assert denied.is_error and text(denied) == "Not called: Denied by <@U0REVIEWER>: no"
+    assert text(read) == "contents of /tmp/c"
+    assert calls(upstream_log) == [{"tool": "read_file", "arguments": {"path": "/tmp/c"}}]
+
+
+async def test_listen_without_a_token_does_not_start(redis_url: str, keys: Keys) -> None:
+    params = proxy(agent_env(redis_url, keys), "--listen", "127.0.0.1:1")
+    proc = await asyncio.create_subprocess_exec(
+        params.command, *params.args, env=params.env, cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "--listen needs a bearer token" in err.decode()
