@@ -26,6 +26,8 @@ Sensitivity = Literal["low", "pii", "secret"]
 EventKind = Literal["tool", "command", "file", "permissions"]
 Status = Literal["pending", "approved", "denied", "expired", "cancelled", "error"]
 Outcome = Literal["approve", "deny", "error"]
+#: What an approve-for-session grant allows (`approvals/grants.py`).
+GrantScope = Literal["call", "prefix", "tool"]
 
 TERMINAL_STATUSES: frozenset[str] = frozenset(
     {"approved", "denied", "expired", "cancelled", "error"}
@@ -65,6 +67,9 @@ class ApprovalConfig(BaseModel):
     prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     options: tuple[str, ...] | None = None
     allow_for_session: bool = False
+    #: With `allow_for_session`: may the reviewer grant every call of the tool? Set from the
+    #: route (`allow_tool_grants`), never by a caller.
+    allow_tool_grants: bool = False
 
     @field_validator("options")
     @classmethod
@@ -152,6 +157,8 @@ class Decision(BaseModel):
     input: str | None = Field(default=None, max_length=MAX_TEXT)
     selection: str | None = Field(default=None, max_length=MAX_OPTION_LEN)
     for_session: bool = False
+    #: With `for_session`: the scope of the grant the reviewer chose.
+    scope: GrantScope | None = None
     decided_by: str | None = Field(default=None, max_length=200)
     decided_at: datetime = Field(default_factory=utcnow)
     via: str = Field(default="api", max_length=50)
@@ -165,6 +172,7 @@ class Decision(BaseModel):
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
+        scope: GrantScope | None = None,
     ) -> Decision:
         return cls(
             outcome="approve",
@@ -173,6 +181,7 @@ class Decision(BaseModel):
             input=input,
             selection=selection,
             for_session=for_session,
+            scope=(scope or "call") if for_session else None,
         )
 
     @classmethod

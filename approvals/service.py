@@ -17,9 +17,18 @@ from typing import Any, Literal
 
 from approvals.callbacks import Callback
 from approvals.errors import InvalidRequest, NotAllowed
-from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision
+from approvals.grants import Grant, ScopeOption, call_hash, offered
+from approvals.models import (
+    MAX_TEXT,
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    Decision,
+    GrantScope,
+)
 from approvals.policy import Policy
 from approvals.slack_ids import is_user_group
+from approvals.store.grants import GrantStore
 from approvals.store.store import ApprovalStore, CreateResult, VoteResult
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,7 @@ class ApprovalService:
         self.store = store
         self.policy = policy or Policy()
         self.membership = membership
+        self.grants = GrantStore(store.redis, store.keys)
 
     # -- submit ------------------------------------------------------------------------
 
@@ -132,6 +142,9 @@ class ApprovalService:
             and not effective.allow_for_session
         ):
             effective = effective.model_copy(update={"allow_for_session": True})
+        tool_grants = bool(policy_route and policy_route.allow_tool_grants)
+        if effective.allow_tool_grants != tool_grants:  # the route's word, never the caller's
+            effective = effective.model_copy(update={"allow_tool_grants": tool_grants})
         # The route's deadline wins over the caller's: an agent must not shorten it to reach
         # an `on_timeout: approve` sooner.
         deadline = decision.deadline_seconds or config.deadline_seconds
@@ -165,19 +178,22 @@ class ApprovalService:
                 )
             )
         elif effective.kind == "approval":  # a grant cannot pick an option or type an answer
-            grant = await self._grant_for(event)
-            if grant is not None and grant.get("route", request.route) == request.route:
+            # Only a grant given to this caller (principal, session, agent) for this tool, on
+            # this route, in the scope the reviewer chose.
+            grant = await self.grants.find(principal, event, request.route)
+            if grant is not None:
+                reason = f"session grant {grant.id} ({grant.label}) from request {grant.request_id}"
                 verdict = Decision.approve(
-                    by=grant.get("decided_by") or "unknown", via="grant", for_session=True
-                ).model_copy(
-                    update={"reason": f"session grant from request {grant.get('request_id')}"}
-                )
+                    by=grant.decided_by or "unknown",
+                    via="grant",
+                    for_session=True,
+                    scope=grant.scope,
+                ).model_copy(update={"reason": reason[:MAX_TEXT]})
         return await self.store.create(request, decision=verdict)
 
-    async def _grant_for(self, event: ApprovalEvent) -> dict[str, Any] | None:
-        if not event.session_id:
-            return None
-        return await self.store.get_grant(event.session_id, event.tool_name)
+    def scope_options(self, request: ApprovalRequest) -> list[ScopeOption]:
+        """The grant scopes "approve for session" offers for `request` (`grants.offered`)."""
+        return offered(request)
 
     # -- decide -------------------------------------------------------------------------
 
@@ -207,10 +223,13 @@ class ApprovalService:
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
+        scope: GrantScope = "call",
     ) -> VoteResult:
         """Record `actor`'s decision. Raises `NotAllowed` (with `.details` = "self" or
         "not_reviewer") and `InvalidRequest`; a late or duplicate decision is a normal
-        result (`closed` / `duplicate`) carrying the request as it stands."""
+        result (`closed` / `duplicate`) carrying the request as it stands. With
+        `for_session`, an approval also grants the caller the chosen `scope` (one of
+        `scope_options(request)`) for the rest of the session."""
         for name, text in (("reason", reason), ("input", input)):
             if text is not None and len(text) > MAX_TEXT:
                 raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
@@ -225,7 +244,7 @@ class ApprovalService:
         if refusal is not None:
             raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
         if outcome == "approve":
-            self._check_answer(request, input, selection, for_session)
+            self._check_answer(request, input, selection, for_session, scope)
         if actor.via in TRUSTED_VIA:
             decision = (
                 Decision.approve(
@@ -234,6 +253,7 @@ class ApprovalService:
                     input=input,
                     selection=selection,
                     for_session=for_session,
+                    scope=scope,
                 )
                 if outcome == "approve"
                 else Decision.deny(reason, by=actor.id, via=actor.via)
@@ -250,6 +270,7 @@ class ApprovalService:
                 input=input,
                 selection=selection,
                 for_session=for_session,
+                scope=scope,
                 expected_escalations=request.escalations,
             )
             if result.status == "moved":
@@ -262,13 +283,19 @@ class ApprovalService:
                     input=input,
                     selection=selection,
                     for_session=for_session,
+                    scope=scope,
                 )
         if result.status == "decided" and outcome == "approve" and for_session:
-            await self._grant(result.request)
+            await self._grant(result.request, scope)
         return result
 
     def _check_answer(
-        self, request: ApprovalRequest, input: str | None, selection: str | None, for_session: bool
+        self,
+        request: ApprovalRequest,
+        input: str | None,
+        selection: str | None,
+        for_session: bool,
+        scope: GrantScope = "call",
     ) -> None:
         config = request.config
         if config.kind == "choice":
@@ -288,20 +315,35 @@ class ApprovalService:
             raise InvalidRequest(
                 "approve-for-session needs a session_id on the request", details="for_session"
             )
+        if for_session and scope not in {o.scope for o in self.scope_options(request)}:
+            raise InvalidRequest(
+                f"approve-for-session with scope {scope!r} is not offered for this request",
+                details="scope",
+            )
 
-    async def _grant(self, request: ApprovalRequest) -> None:
+    async def _grant(self, request: ApprovalRequest, scope: GrantScope) -> Grant | None:
+        """Give the caller of `request` the grant its reviewer chose."""
+        option = next((o for o in self.scope_options(request) if o.scope == scope), None)
         session = request.event.session_id
-        if not session:
-            return
-        ttl = int(self.policy.defaults.grant_ttl_seconds)
-        await self.store.put_grant(session, request.event.tool_name, request, ttl)
-        log.info(
-            "session grant id=%s session=%s tool=%s ttl=%d",
-            request.id,
-            session,
-            request.event.tool_name,
-            ttl,
+        if option is None or not session:
+            return None
+        now = self.store.now()
+        grant = Grant(
+            principal=request.principal,
+            session_id=session,
+            agent=request.event.agent,
+            tool_name=request.event.tool_name,
+            scope=option.scope,
+            call=call_hash(request.event) if option.scope == "call" else None,
+            words=option.words,
+            label=option.label,
+            route=request.route,
+            request_id=request.id,
+            decided_by=request.decision.decided_by if request.decision else None,
+            granted_at=now,
+            expires_at=now + timedelta(seconds=self.policy.defaults.grant_ttl_seconds),
         )
+        return await self.grants.give(grant)
 
     async def cancel(
         self, request_id: str, *, by: str | None = None, reason: str | None = None, via: str = "api"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from approvals.grants import offered, scope_options
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from approvals.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from bot import ids
@@ -288,11 +289,48 @@ def _actions(v: _View) -> list[Block]:
         elements = [_button("Respond…", ids.RESPOND, req.id, "primary"), deny]
     else:
         elements = [_button("Approve", ids.APPROVE, req.id, "primary")]
-        if req.config.allow_for_session:
-            elements.append(_button("Approve for session", ids.APPROVE_SESSION, req.id))
+        scopes = offered(req)
+        if scopes:
+            # The reviewer sees exactly what each session grant would allow, and for whom.
+            who_for = f" for {plain(req.principal)}" if req.principal else ""
+            session = clip_escaped(mask_text(req.event.session_id or ""), 100)
+            lines = [f"*Approve for session* (`{session}`{who_for}, {_TTL_NOTE}) allows:"]
+            for option in scopes:
+                lines.append(f"• *{_SCOPE_BUTTONS[option.scope]}*: {_scope_text(option.label)}")
+            blocks.append(_context("\n".join(lines)))
+            for option in scopes:
+                action = _SCOPE_ACTIONS[option.scope]
+                elements.append(_button(_SCOPE_BUTTONS[option.scope], action, req.id))
         elements.append(deny)
     blocks.append({"type": "actions", "block_id": ids.ACTIONS_BLOCK, "elements": elements})
     return blocks
+
+
+#: The approve-for-session buttons, one per grant scope.
+_SCOPE_ACTIONS = {
+    "call": ids.APPROVE_SESSION,
+    "prefix": ids.APPROVE_SESSION_PREFIX,
+    "tool": ids.APPROVE_SESSION_TOOL,
+}
+_SCOPE_BUTTONS = {
+    "call": "Approve for session: this call",
+    "prefix": "Approve for session: this command",
+    "tool": "Approve for session: this tool",
+}
+_TTL_NOTE = "until the grant expires or is revoked"
+
+
+def _scope_text(label: str) -> str:
+    """A scope's label for mrkdwn: masked, escaped, its backquoted parts kept as code."""
+    return clip_escaped(mask_text(label), 500)
+
+
+def _granted(req: ApprovalRequest, scope: str | None) -> str:
+    """What the approval granted, as shown to the reviewer when they chose it."""
+    for option in scope_options(req, tool_grants=True):
+        if option.scope == (scope or "call"):
+            return _scope_text(option.label)
+    return "this exact call"
 
 
 def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
@@ -328,7 +366,7 @@ def _outcome(v: _View, now: datetime) -> tuple[str, str]:
     if req.status == "approved":
         line, word = f"✅ Approved{by} at {at}", "Approved"
         if d and d.for_session:
-            line += " (for the rest of this session)"
+            line += f" (for the rest of this session: {_granted(req, d.scope)})"
     elif req.status == "denied":
         line, word = f"❌ Denied{by} at {at}", "Denied"
     elif req.status == "expired":

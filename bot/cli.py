@@ -38,7 +38,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.transports import RedisTransport, TransportFactory, choose_transport
-from bot import embedded_redis, redis_location, webhook_commands
+from bot import embedded_redis, grant_commands, redis_location, webhook_commands
 from bot.commands import (
     CliError,
     cmd_audit,
@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--input", help="the typed answer, for kind 'input'")
     answer.add_argument("--selection", help="the chosen option, for kind 'choice'")
     p.add_argument("--for-session", action="store_true", help="also approve for the session")
+    p.add_argument(
+        "--scope",
+        choices=("call", "prefix", "tool"),
+        default="call",
+        help="with --for-session: this exact call (default), the command's prefix, the tool",
+    )
     p.add_argument("--as", dest="as_name", metavar="NAME", help="who decides (default: $USER)")
 
     p = sub.add_parser("deny", help="deny a pending request")
@@ -187,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         h.add_argument("--on-timeout", choices=("deny", "ask", "defer"), default="deny")
     add_setup_arguments(sub)
     webhook_commands.add_parser(sub)
+    grant_commands.add_parser(sub)
     return parser
 
 
@@ -262,6 +269,7 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
             "deny": lambda: cmd_decide(args, store, out, settings),
             "audit": lambda: cmd_audit(args, store, out),
             "webhooks": lambda: webhook_commands.cmd_webhooks(args, store, out),
+            "grants": lambda: grant_commands.cmd_grants(args, store, out),
         }
         return await commands[args.command]()
     finally:

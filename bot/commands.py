@@ -175,7 +175,7 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
             if value:
                 lines.append(f"{label + ':':<11} {value}")
         if d.for_session:
-            lines.append("for session: yes")
+            lines.append(f"for session: yes (scope {d.scope or 'call'})")
     if request.message:
         lines.append(f"slack:      {request.message.channel} ts {request.message.ts}")
     return lines
@@ -213,6 +213,7 @@ async def cmd_decide(
             input=args.input,
             selection=args.selection,
             for_session=args.for_session,
+            scope=args.scope,
         )
     else:
         result = await service.decide(args.id, "deny", operator(args.as_name), reason=args.reason)

@@ -16,6 +16,15 @@ from dataclasses import dataclass
 APPROVE = "approval_approve"
 DENY = "approval_deny"
 APPROVE_SESSION = "approval_approve_session"
+#: Approve for session with a wider scope (`approvals/grants.py`): a command prefix, the tool.
+APPROVE_SESSION_PREFIX = "approval_approve_session_prefix"
+APPROVE_SESSION_TOOL = "approval_approve_session_tool"
+#: The grant scope each approve-for-session button stands for.
+SESSION_SCOPES: dict[str, str] = {
+    APPROVE_SESSION: "call",
+    APPROVE_SESSION_PREFIX: "prefix",
+    APPROVE_SESSION_TOOL: "tool",
+}
 #: Prefix of the per-option buttons: `approval_choose:0`, `approval_choose:1`, …
 CHOOSE = "approval_choose"
 CHOOSE_PATTERN = re.compile(r"^approval_choose:(\d{1,3})$")
@@ -35,7 +44,17 @@ INPUT_BLOCK = "approval_input_block"
 INPUT_ACTION = "approval_input"
 
 #: Every plain action id a request message can carry (choice buttons match CHOOSE_PATTERN).
-BUTTON_ACTIONS: frozenset[str] = frozenset({APPROVE, DENY, APPROVE_SESSION, CHOOSE_SELECT, RESPOND})
+BUTTON_ACTIONS: frozenset[str] = frozenset(
+    {
+        APPROVE,
+        DENY,
+        APPROVE_SESSION,
+        APPROVE_SESSION_PREFIX,
+        APPROVE_SESSION_TOOL,
+        CHOOSE_SELECT,
+        RESPOND,
+    }
+)
 
 
 def choose_action_id(index: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -19,7 +19,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavailable
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, GrantScope
 from approvals.service import Actor
 from approvals.store.store import VoteResult
 from bot import ids, modals
@@ -39,6 +39,8 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     listeners = Listeners(ctx)
     app.action(ids.APPROVE)(listeners.on_approve)
     app.action(ids.APPROVE_SESSION)(listeners.on_approve_session)
+    app.action(ids.APPROVE_SESSION_PREFIX)(listeners.on_approve_session)
+    app.action(ids.APPROVE_SESSION_TOOL)(listeners.on_approve_session)
     app.action(ids.DENY)(listeners.on_deny_button)
     app.action(ids.CHOOSE_PATTERN)(listeners.on_choose)
     app.action(ids.CHOOSE_SELECT)(listeners.on_choose)
@@ -96,9 +98,15 @@ class Listeners:
         await self._guarded(body, self._decide(body, _action(body).get("value", ""), "approve"))
 
     async def on_approve_session(self, ack: AsyncAck, body: Body) -> None:
+        """Approve for session with the scope of the button clicked (`ids.SESSION_SCOPES`)."""
         await ack()
-        request_id = _action(body).get("value", "")
-        await self._guarded(body, self._decide(body, request_id, "approve", for_session=True))
+        action = _action(body)
+        request_id = action.get("value", "")
+        scope = ids.SESSION_SCOPES.get(str(action.get("action_id", "")), "call")
+        decision = self._decide(
+            body, request_id, "approve", for_session=True, scope=cast(GrantScope, scope)
+        )
+        await self._guarded(body, decision)
 
     async def on_choose(self, ack: AsyncAck, body: Body) -> None:
         await ack()
@@ -210,6 +218,7 @@ class Listeners:
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
+        scope: GrantScope = "call",
         channel: str | None = None,
     ) -> VoteResult | None:
         user = _user(body)
@@ -222,6 +231,7 @@ class Listeners:
                 input=input,
                 selection=selection,
                 for_session=for_session,
+                scope=scope,
             )
         except NotFound:
             await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)

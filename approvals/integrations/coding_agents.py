@@ -42,6 +42,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals.errors import ApprovalError, ApprovalTimeout, InvalidRequest, StoreUnavailable
+from approvals.grants import command_prefix
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
 
@@ -243,6 +244,9 @@ class PermissionDecision(BaseModel):
 
     behavior: Literal["allow", "deny"]
     message: str | None = None
+    #: Claude Code only: permission rules to add (from the event's `permission_suggestions`),
+    #: so it stops asking locally too. Codex refuses the field (fails closed): never sent.
+    updatedPermissions: list[dict[str, Any]] | None = None
 
 
 class PermissionRequestOutput(BaseModel):
@@ -278,10 +282,13 @@ def permission_request_output(
     message: str | None = None,
     *,
     system_message: str | None = None,
+    updated_permissions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     out = HookOutput(
         hookSpecificOutput=PermissionRequestOutput(
-            decision=PermissionDecision(behavior=behavior, message=message)
+            decision=PermissionDecision(
+                behavior=behavior, message=message, updatedPermissions=updated_permissions
+            )
         ),
         systemMessage=system_message,
     )
@@ -325,10 +332,58 @@ def _reviewer_note(request: ApprovalRequest) -> str | None:
     return decision_text(request) if d and (d.input or d.selection) else None
 
 
+def session_permissions(
+    request: ApprovalRequest, suggestions: Any
+) -> list[dict[str, Any]] | None:
+    """For an approve-for-session, the one Claude Code `permission_suggestions` entry that
+    allows exactly the chosen scope, turned into a session rule (`destination: session`); None
+    when the approval was not for the session or no suggestion matches the scope (Claude Code
+    then keeps asking locally, and the bot's grant answers)."""
+    d = request.decision
+    if d is None or not d.for_session or not isinstance(suggestions, list):
+        return None
+    tool = request.event.tool_name
+    wanted: set[str | None]
+    if d.scope == "tool":
+        wanted = {None, ""}
+    elif d.scope == "prefix":
+        words = command_prefix(request.event.command)
+        if words is None:
+            return None
+        text = " ".join(words)
+        wanted = {f"{text}:*", f"{text} *"}
+    else:
+        command = request.event.command
+        wanted = {command} if command else set()
+    for suggestion in suggestions:
+        if not isinstance(suggestion, dict) or suggestion.get("type") != "addRules":
+            continue
+        if suggestion.get("behavior", "allow") != "allow":
+            continue
+        rules = suggestion.get("rules")
+        if not isinstance(rules, list) or len(rules) != 1 or not isinstance(rules[0], dict):
+            continue
+        rule = rules[0]
+        if rule.get("toolName") == tool and rule.get("ruleContent") in wanted:
+            return [
+                {
+                    "type": "addRules",
+                    "rules": [dict(rule)],
+                    "behavior": "allow",
+                    "destination": "session",
+                }
+            ]
+    return None
+
+
 def output_for_request(
-    dialect: Dialect, event: HookEvent, request: ApprovalRequest
+    dialect: Dialect,
+    event: HookEvent,
+    request: ApprovalRequest,
+    suggestions: Any = None,
 ) -> dict[str, Any] | None:
-    """The hook output for a request that is no longer pending."""
+    """The hook output for a request that is no longer pending. `suggestions`: the hook
+    input's `permission_suggestions` (Claude Code PermissionRequest)."""
     text = decision_text(request)
     approved = request.status == "approved"
     if event == "PreToolUse":
@@ -341,7 +396,10 @@ def output_for_request(
             return pre_tool_use_output("allow", text, context=_reviewer_note(request))
         return pre_tool_use_output("deny", text)
     if approved:
-        return permission_request_output("allow", system_message=_reviewer_note(request))
+        updated = session_permissions(request, suggestions) if dialect == "claude-code" else None
+        return permission_request_output(
+            "allow", system_message=_reviewer_note(request), updated_permissions=updated
+        )
     return permission_request_output("deny", text)
 
 
@@ -496,7 +554,8 @@ async def answer_hook(
             log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
         return for_dialect(dialect, output_for_failure(hook_event, failure_reason(e)))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
-    return for_dialect(dialect, output_for_request(dialect, hook_event, request))
+    suggestions = payload.get("permission_suggestions") if isinstance(payload, Mapping) else None
+    return for_dialect(dialect, output_for_request(dialect, hook_event, request, suggestions))
 
 
 async def _withdraw(

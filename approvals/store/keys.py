@@ -8,6 +8,8 @@ keys then share one slot and every Lua script stays legal.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -57,10 +59,22 @@ class Keys:
         """Pub/sub channel: a request id is published when it leaves pending."""
         return f"{self.prefix}:decided"
 
-    def grant(self, session_id: str, tool_name: str) -> str:
-        """String: an approve-for-session grant for (session, tool). Both parts are quoted so
-        no (session, tool) pair can spell another's key."""
-        return f"{self.prefix}:grant:{quote(session_id, safe='')}:{quote(tool_name, safe='')}"
+    def grant(self, grant_id: str) -> str:
+        """String: one approve-for-session grant (JSON, `approvals.grants.Grant`)."""
+        return f"{self.prefix}:grant:{quote(grant_id, safe='')}"
+
+    def grant_bucket(
+        self, principal: str | None, session_id: str, agent: str | None, tool_name: str
+    ) -> str:
+        """Set: the ids of the grants given to one caller (principal, session, agent) for one
+        tool. The parts are hashed together, so no caller can spell another's key."""
+        parts = json.dumps([principal, session_id, agent, tool_name])
+        return f"{self.prefix}:grants:{hashlib.sha256(parts.encode()).hexdigest()[:32]}"
+
+    @property
+    def grants(self) -> str:
+        """Sorted set: every grant id, scored by when it expires (listing, revoking)."""
+        return f"{self.prefix}:grants"
 
     def usergroup(self, group_id: str) -> str:
         """Set: cached members of a Slack user group."""

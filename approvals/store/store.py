@@ -30,6 +30,7 @@ from approvals.models import (
     MAX_EVENT_BYTES,
     ApprovalRequest,
     Decision,
+    GrantScope,
     SlackMessage,
     Status,
     Vote,
@@ -415,6 +416,7 @@ class ApprovalStore:
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
+        scope: GrantScope | None = None,
         expected_escalations: int | None = None,
     ) -> VoteResult:
         """Count one reviewer's vote; any deny denies, `quorum` approvals approve.
@@ -425,7 +427,12 @@ class ApprovalStore:
         vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
         if outcome == "approve":
             decision = Decision.approve(
-                by=user, via=via, input=input, selection=selection, for_session=for_session
+                by=user,
+                via=via,
+                input=input,
+                selection=selection,
+                for_session=for_session,
+                scope=scope,
             )
         else:
             decision = Decision.deny(reason, by=user, via=via)
@@ -511,29 +518,6 @@ class ApprovalStore:
             args=["message", message.model_dump_json()],
         )
         return bool(written)
-
-    # -- session grants ------------------------------------------------------------
-
-    @_guard
-    async def put_grant(
-        self, session_id: str, tool_name: str, request: ApprovalRequest, ttl_seconds: int
-    ) -> None:
-        """Remember an approve-for-session decision for (session, tool). It applies only to
-        later calls routed like this one (a grant on a lax route never skips a stricter one)."""
-        grant = {
-            "request_id": request.id,
-            "route": request.route,
-            "decided_by": request.decision.decided_by if request.decision else None,
-            "granted_at": ts(self.now()),
-        }
-        await self.redis.set(
-            self.keys.grant(session_id, tool_name), json.dumps(grant), ex=max(1, ttl_seconds)
-        )
-
-    @_guard
-    async def get_grant(self, session_id: str, tool_name: str) -> dict[str, Any] | None:
-        raw = await self.redis.get(self.keys.grant(session_id, tool_name))
-        return cast(dict[str, Any], json.loads(raw)) if raw else None
 
     # -- audit -------------------------------------------------------------------------
 

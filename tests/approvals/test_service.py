@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from approvals.errors import InvalidRequest, NotAllowed
-from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, ApprovalRequest, Sensitivity
+from approvals.models import MAX_TEXT, ApprovalConfig, ApprovalEvent, Sensitivity
 from approvals.policy import Policy
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
@@ -342,11 +342,11 @@ async def test_grant_never_skips_a_stricter_route(
     assert stricter.quorum == 2
 
 
-async def test_grant_keys_cannot_collide(store: ApprovalStore) -> None:
-    req = (await store.create(ApprovalRequest(event=event("b:c", session_id="a")))).request
-    await store.put_grant("a", "b:c", req, 60)
-    assert await store.get_grant("a", "b:c") is not None
-    assert await store.get_grant("a:b", "c") is None
+async def test_grant_buckets_cannot_collide(store: ApprovalStore) -> None:
+    keys = store.keys
+    assert keys.grant_bucket("p", "a", None, "b:c") != keys.grant_bucket("p", "a:b", None, "c")
+    assert keys.grant_bucket("p:a", "b", None, "c") != keys.grant_bucket("p", "a:b", None, "c")
+    assert keys.grant_bucket(None, "a", None, "c") != keys.grant_bucket("None", "a", None, "c")
 
 
 # -- deadlines (a controlled clock, no Slack) ------------------------------------------------

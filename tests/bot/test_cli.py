@@ -150,7 +150,8 @@ async def test_approve_checks_the_answer_and_the_id(
     assert "approved by cli:x (selection: b)" in capsys.readouterr().out
     plain = await submit(ctx, "plain", allow_for_session=True)
     assert await cli("approve", plain.id, "--for-session", "--as", "x") == 0
-    assert await ctx.store.get_grant("s-1", "plain") is not None
+    (grant,) = await ctx.service.grants.list()
+    assert (grant.session_id, grant.tool_name, grant.scope) == ("s-1", "plain", "call")
     assert await cli("approve", "apr_missing", "--as", "x") == 1
     assert "no approval request with id 'apr_missing'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:

@@ -338,7 +338,8 @@ async def test_session_grant_reused_scoped_and_expired(
     assert req.decision is not None and req.decision.for_session
     posts = len(slack.calls_to("chat.postMessage"))
 
-    again = await submit(bot, "run_shell", arguments={"cmd": "pwd"}, session_id="s1")
+    # The default scope is this exact call: the same call again is approved at once ...
+    again = await submit(bot, "run_shell", arguments={"cmd": "ls"}, session_id="s1")
     assert again.status == "approved" and again.decision is not None
     assert (again.decision.decided_by, again.decision.via) == ("U0ERIN", "grant")
     (granted,) = [
@@ -346,6 +347,9 @@ async def test_session_grant_reused_scoped_and_expired(
     ]
     assert (granted.by, granted.via) == ("U0ERIN", "grant") and rid in granted.reason
 
+    # ... any other call is asked.
+    other_call = await submit(bot, "run_shell", arguments={"cmd": "pwd"}, session_id="s1")
+    assert other_call.status == "pending"
     other_session = await submit(bot, "run_shell", arguments={"cmd": "ls"}, session_id="s2")
     other_tool = await submit(bot, "drop_table", arguments={"t": "x"}, session_id="s1")
     no_session = await submit(bot, "run_shell", arguments={"cmd": "ls"})
@@ -356,7 +360,7 @@ async def test_session_grant_reused_scoped_and_expired(
     assert expired.status == "pending", "the grant outlived its TTL"
     await posted_in(slack, CHANNEL, expired.id)
     assert again.id not in json.dumps([c.body for c in slack.calls_to("chat.postMessage")])
-    assert len(slack.calls_to("chat.postMessage")) == posts + 4
+    assert len(slack.calls_to("chat.postMessage")) == posts + 5
 
 
 # -- sensitivity, policy answers, DMs -------------------------------------------------------------

@@ -153,13 +153,16 @@ async def test_approve_for_session_grants_later_calls(
     assert await reviewer("U0ERIN").click(bot, message, channel, ids.APPROVE_SESSION) == 200
     req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.decision is not None and req.decision.for_session
+    same = {"env": "prod", "version": "1.2.3"}  # what `ask` sent, as agent-7
     again = await bot.ctx.service.submit(
-        ApprovalEvent(tool_name="run_shell", arguments={"cmd": "ls"}, session_id="sess-1"), cfg
+        ApprovalEvent(tool_name="run_shell", arguments=same, agent="agent-7", session_id="sess-1"),
+        cfg,
     )
     assert again.status == "approved" and again.decision is not None
     assert again.decision.via == "grant" and again.decision.decided_by == "U0ERIN"
     other = await bot.ctx.service.submit(
-        ApprovalEvent(tool_name="run_shell", arguments={"cmd": "ls"}, session_id="sess-2"), cfg
+        ApprovalEvent(tool_name="run_shell", arguments=same, agent="agent-7", session_id="sess-2"),
+        cfg,
     )
     assert other.status == "pending", "grants are scoped to their session"
 

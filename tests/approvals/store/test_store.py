@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from approvals.errors import NotFound, PayloadTooLarge
+from approvals.grants import Grant
 from approvals.models import (
     MAX_EVENT_BYTES,
     ApprovalConfig,
@@ -22,6 +23,7 @@ from approvals.models import (
     SlackMessage,
 )
 from approvals.store.connection import connect
+from approvals.store.grants import GrantStore
 from approvals.store.keys import Keys
 from approvals.store.outbox import Outbox
 from approvals.store.posting import SCRIPT_NAMES as POSTING_SCRIPTS
@@ -190,7 +192,21 @@ async def test_every_key_written_has_a_ttl(store: ApprovalStore, redis: Redis, k
     b = (await store.create(make_request(quorum=2))).request
     await store.resolve(a.id, Decision.approve(by="U1"))
     await store.vote(b.id, "U2", "approve")
-    await store.put_grant("s1", "deploy", a, 60)
+    now = store.now()
+    grant = Grant(
+        principal="p",
+        session_id="s1",
+        agent=None,
+        tool_name="deploy",
+        scope="tool",
+        label="every `deploy` call",
+        route="default",
+        request_id=a.id,
+        decided_by="U1",
+        granted_at=now,
+        expires_at=now + timedelta(seconds=60),
+    )
+    await GrantStore(redis, keys).give(grant)
     written = await all_keys(redis, keys)
     assert len(written) >= 7
     for key in written:
@@ -405,7 +421,23 @@ async def test_every_key_any_store_operation_writes_has_a_ttl(
     )
     await store.vote(b.id, "U1", "approve")
     await store.cancel(c.id, by="agent")
-    await store.put_grant("s1", "deploy", c, 60)
+    now = store.now()
+    await GrantStore(redis, keys).give(
+        Grant(
+            principal=None,
+            session_id="s1",
+            agent=None,
+            tool_name="deploy",
+            scope="call",
+            call="x",
+            label="only this exact call, again",
+            route="default",
+            request_id=c.id,
+            decided_by="U1",
+            granted_at=now,
+            expires_at=now + timedelta(seconds=60),
+        )
+    )
     entries = await outbox.read(count=100, block_ms=10)
     await outbox.ack(*(e.entry_id for e in entries))
     written = [k async for k in redis.scan_iter(match=keys.pattern(), count=1000)]
