@@ -13,6 +13,7 @@ from approvals.store.outbox import Outbox
 from bot import ids
 from bot.app import Bot
 from bot.dispatcher import DispatcherOptions
+from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
@@ -126,8 +127,12 @@ async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(
         if limited.status == 429:
             assert following.at - limited.at >= 0.95
     # Every request got its ts recorded.
-    for rid in rids:
-        assert (await bot.ctx.store.get(rid)).message is not None
+    store = bot.ctx.store
+
+    async def all_recorded() -> bool:
+        return all([(await store.get(rid)).message is not None for rid in rids])
+
+    await eventually(all_recorded, what="every request's ts recorded")
 
 
 async def test_retry_after_is_obeyed(make_bot: BotFactory, slack: SlackEmulator) -> None:
@@ -234,5 +239,10 @@ async def test_transient_slack_errors_are_retried_not_fatal(
     await wait_posted(slack, rid)
     attempts = slack.calls_to("chat.postMessage")
     assert [c.ok for c in attempts] == [False, False, True]
-    req = await bot.ctx.store.get(rid)
-    assert req.status == "pending" and req.message is not None
+    store = bot.ctx.store
+
+    async def recorded() -> bool:  # the ts is written just after Slack answers
+        return (await store.get(rid)).message is not None
+
+    await eventually(recorded, what="the message's ts recorded")
+    assert (await store.get(rid)).status == "pending"
