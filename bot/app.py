@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from approvals.store.connection import DEFAULT_SOCKET_TIMEOUT, connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
-from bot import api, embedded_redis, listeners, redis_location
+from bot import api, embedded_redis, listeners, redis_location, slack_link
 from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
@@ -80,6 +81,14 @@ def policy_for(config: BotConfig) -> Policy:
     return build_policy(config.policy_file, config.default_channel, config.reviewers)
 
 
+class StartError(Exception):
+    """`serve` cannot start for a reason the operator fixes (exit 2, one line: `message`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class Bot:
     """One bot process: start() brings every part up, stop() takes it down in reverse."""
 
@@ -94,6 +103,7 @@ class Bot:
         self.sweeper: Sweeper | None = None
         self.webhooks: WebhookWorker | None = None
         self.socket_handler: Any = None
+        self.slack_link: slack_link.SlackLink | None = None
         self.port: int | None = None
         self._waiter_redis: Any = None
         self._http: aiohttp.ClientSession | None = None
@@ -142,6 +152,7 @@ class Bot:
         )
         self._waiter_redis = waiter_redis
         if slack is not None:
+            _drop_token_unused_warning()
             self.bolt = AsyncApp(
                 client=slack,
                 signing_secret=cfg.slack_signing_secret or "socket-mode-unused",
@@ -155,7 +166,17 @@ class Bot:
         self.runner = web.AppRunner(self.web, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, cfg.host, cfg.port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise StartError(
+                    f"port {cfg.port} is already in use (another approval-bot serve, or "
+                    "another program): stop that, or set PORT to a free port"
+                ) from e
+            raise StartError(
+                f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e}; set PORT"
+            ) from e
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else cfg.port
@@ -166,11 +187,18 @@ class Bot:
         if slack is not None:
             self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
             await self.dispatcher.start()
-        if slack is not None and cfg.slack_app_token and self.bolt is not None:
-            from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+        if slack is not None:
+            if cfg.slack_app_token and self.bolt is not None:
+                from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-            self.socket_handler = AsyncSocketModeHandler(self.bolt, cfg.slack_app_token)
-            await self.socket_handler.connect_async()
+                self.socket_handler = AsyncSocketModeHandler(
+                    self.bolt, cfg.slack_app_token, logger=slack_link.socket_mode_logger()
+                )
+            # auth.test and the socket in the background: the HTTP API and /healthz
+            # ("connecting") serve meanwhile, and a signal stops the bot in any phase.
+            self.slack_link = slack_link.SlackLink(slack, self.socket_handler)
+            self.ctx.slack_link = self.slack_link
+            self.slack_link.start()
         mode = ("socket mode" if cfg.slack_app_token else "http mode") if slack else "no slack"
         log.info(
             "bot started port=%s mode=%s prefix=%s consumer=%s",
@@ -181,9 +209,8 @@ class Bot:
         )
 
     async def stop(self) -> None:
-        if self.socket_handler is not None:
-            with contextlib.suppress(Exception):
-                await self.socket_handler.close_async()
+        if self.slack_link is not None:
+            await self.slack_link.stop()  # also closes the socket
         if self.dispatcher is not None:
             await self.dispatcher.stop()
         if self.sweeper is not None:
@@ -215,6 +242,27 @@ class Bot:
         return True
 
 
+def _drop_token_unused_warning() -> None:
+    """bolt reads SLACK_BOT_TOKEN from the environment on its own and, as we pass the client
+    built from the same token, warns on every start that the token "will be unused"."""
+    from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
+
+    unused = warning_client_prioritized_and_token_skipped()
+    bolt_logger = logging.getLogger("slack_bolt.AsyncApp")
+    if not any(getattr(f, "drops", None) == unused for f in bolt_logger.filters):
+        drop = _DropMessage(unused)
+        bolt_logger.addFilter(drop)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.drops = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.drops
+
+
 def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     """The aiohttp app: /slack/events (bolt), the agent API, /healthz and /metrics."""
     app = web.Application(middlewares=[api.error_middleware], client_max_size=ctx.max_body_bytes)
@@ -244,15 +292,20 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             redis_ok, why = False, "Redis did not answer PING within 2 s (frozen or partitioned)"
         except Exception as e:
             redis_ok, why = False, f"Redis is unreachable ({type(e).__name__})"
+        if ctx.slack_link is not None:
+            slack = ctx.slack_link.state  # connecting | ok | error: …
+        else:
+            slack = "connecting" if ctx.slack is not None else "not configured"
+        ok = redis_ok and not slack.startswith("error")
         body: dict[str, Any] = {
-            "ok": redis_ok,
+            "ok": ok,
             "redis": redis_ok,
-            "slack": "configured" if ctx.slack is not None else "not configured",
+            "slack": slack,
             "waiting": ctx.waiter.waiting,
         }
         if why:
             body["reason"] = why
-        return web.json_response(body, status=200 if redis_ok else 503)
+        return web.json_response(body, status=200 if ok else 503)
 
     async def metrics(request: web.Request) -> web.Response:
         pending = await ctx.redis.zcard(ctx.keys.pending)
@@ -385,9 +438,45 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
         loop.add_signal_handler(signal.SIGHUP, bot.reload_policy)
         handled.append(signal.SIGHUP)
     try:
+        if not await wait_for_redis(config.redis_url, stop):
+            return  # told to stop while Redis was still away
         await bot.start()
         await stop.wait()
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
         await bot.stop()
+
+
+async def wait_for_redis(
+    url: str, stop: asyncio.Event, *, first_pause: float = 1.0, max_pause: float = 30.0
+) -> bool:
+    """Until Redis answers: one log line per failed attempt (no traceback), pauses growing
+    from `first_pause` to `max_pause`. False when `stop` is set first (a signal)."""
+    from redis.asyncio import Redis
+
+    where = redis_location.describe(url)
+    pause, tries = first_pause, 1
+    while not stop.is_set():
+        client = Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            await client.ping()
+            if tries > 1:
+                log.info("redis %s answers now", where)
+            return True
+        except Exception as e:
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log.warning(
+                "redis %s unreachable (attempt %d): %s; retrying in %g s (SIGTERM stops)",
+                where,
+                tries,
+                reason.replace(url, where),
+                pause,
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
+        pause, tries = min(pause * 2, max_pause), tries + 1
+    return False

@@ -205,6 +205,9 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     from bot import logs
 
     logs.configure(level, fmt)
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # slack_sdk narrates each retry at INFO; bot.slack_link says what failed, once.
+        logging.getLogger("slack_sdk").setLevel(logging.WARNING)
 
 
 def locate_redis(settings: Settings) -> redis_location.Located:
@@ -299,6 +302,7 @@ def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
 
 
 def serve(settings: Settings) -> int:
+    from bot.app import StartError
     from bot.app import serve as serve_bot
 
     configure_logging(settings.log_level, settings.log_format)
@@ -306,6 +310,9 @@ def serve(settings: Settings) -> int:
         asyncio.run(serve_bot(settings))
     except KeyboardInterrupt:
         pass
+    except StartError as e:
+        print(f"approval-bot: {e.message}", file=sys.stderr)
+        return 2
     except PolicyError as e:
         print(f"approval-bot: invalid policy file:\n{e.message}", file=sys.stderr)
         return 2

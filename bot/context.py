@@ -28,6 +28,8 @@ class BotContext:
     admin_tokens: tuple[str, ...] = field(default=(), repr=False)
     #: slack_sdk AsyncWebClient, or None when Slack is not configured.
     slack: Any = None
+    #: `bot.slack_link.SlackLink` (its `state` is what /healthz says of Slack), once started.
+    slack_link: Any = None
     #: Longest `?wait=` the HTTP API honours, in seconds.
     max_wait_seconds: float = 60.0
     #: Largest request body the HTTP API reads, in bytes (as the hook endpoint: 4 MiB).

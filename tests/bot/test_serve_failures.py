@@ -1,0 +1,272 @@
+"""`serve` when something is wrong: one line instead of a traceback, waiting for what may come
+back (Redis, Slack), and stopping on a signal in every phase."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from approvals.store.keys import Keys
+from bot import app as bot_app
+from bot import cli, embedded_redis
+from bot.app import Bot
+from bot.settings import VARIABLES, load_settings
+from bot.slack_link import plain
+from tests.support.e2e import bot_config
+from tests.support.slack_emulator import SlackEmulator
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_port_in_use_is_one_line_and_exit_2(
+    clean_env: None,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("PORT", str(port))
+        monkeypatch.setenv("REDIS_URL", redis_url)
+        monkeypatch.setenv("APPROVALS_PREFIX", f"port-{port}")
+        assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"approval-bot: port {port} is already in use (another approval-bot serve, or "
+        "another program): stop that, or set PORT to a free port"
+    ]
+
+
+async def test_serve_waits_for_redis_then_runs(
+    clean_env: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    redis_port, port = free_port(), free_port()
+    settings = load_settings(
+        {"PORT": str(port), "REDIS_URL": f"redis://:hunter2@127.0.0.1:{redis_port}/3"}
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(bot_app.serve(settings, stop))
+    server = None
+    try:
+        await wait_for_log(caplog, "unreachable (attempt 2)")
+        assert not task.done(), "serve keeps waiting"
+        server = embedded_redis.start(tmp_path, port=redis_port)  # Redis comes up
+        server_url = f"redis://127.0.0.1:{redis_port}/3"
+        assert server_url
+        await wait_healthy(port)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        if server is not None:
+            server.stop()
+    lines = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert all(r.exc_info is None for r in lines), "one line each, no traceback"
+    assert f"redis 127.0.0.1:{redis_port} db 3 unreachable (attempt 1)" in lines[0].getMessage()
+    assert "retrying in 1 s" in lines[0].getMessage()
+    assert "retrying in 2 s" in lines[1].getMessage(), "the pauses grow"
+    assert not any("hunter2" in r.getMessage() for r in caplog.records)
+    assert any(
+        f"redis 127.0.0.1:{redis_port} db 3 answers now" in r.getMessage() for r in caplog.records
+    )
+
+
+async def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while not any(text in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, f"no log line with {text!r}"
+        await asyncio.sleep(0.05)
+
+
+async def wait_healthy(port: int, within: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return dict(await resp.json())
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("serve never became healthy")
+
+
+# -- Slack unreachable, refused ----------------------------------------------------------------
+
+
+@pytest.fixture
+async def black_hole() -> AsyncIterator[str]:
+    """A Slack API URL that accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.read()
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/api/"
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def run_serve(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, list[str]]:
+    """`approval-bot serve` as its own process; its stderr lines collect in the list."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "serve",
+        env={**base, **env}, cwd=REPO,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    async def collect() -> None:
+        assert proc.stderr is not None
+        async for line in proc.stderr:
+            lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    asyncio.get_running_loop().create_task(collect())
+    return proc, lines
+
+
+async def wait_line(lines: list[str], text: str, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not any(text in line for line in lines):
+        assert time.monotonic() < deadline, f"no line with {text!r} in:\n" + "\n".join(lines)
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("phase", ["redis", "auth.test", "socket"])
+async def test_a_signal_stops_serve_within_5_s_in_every_phase(
+    phase: str, sig: signal.Signals, redis_url: str, black_hole: str, slack: SlackEmulator
+) -> None:
+    port = free_port()
+    env = {
+        "PORT": str(port),
+        "REDIS_URL": redis_url,
+        "APPROVALS_PREFIX": f"sig-{port}",
+        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_APP_TOKEN": "xapp-test",
+        "SLACK_API_URL": slack.api_url,
+    }
+    if phase == "redis":
+        env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing there
+    elif phase == "auth.test":
+        env["SLACK_API_URL"] = black_hole  # Slack never answers
+    else:
+        slack.set_latency(3600, "apps.connections.open")  # the socket never opens
+    proc, lines = await run_serve(env)
+    try:
+        if phase == "redis":
+            await wait_line(lines, "unreachable (attempt 1)")
+        else:
+            health = await wait_healthy(port)
+            assert health["slack"] == "connecting" and health["redis"] is True
+            if phase == "socket":
+                await wait_line(lines, "slack ok: team")
+        started = time.monotonic()
+        proc.send_signal(sig)
+        code = await asyncio.wait_for(proc.wait(), 15)
+        assert time.monotonic() - started < 5, "stopped within 5 s"
+        assert code == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    await asyncio.sleep(0.1)  # the last lines
+    assert not any("Traceback" in line for line in lines), "\n".join(lines)
+
+
+async def test_slack_unreachable_retries_with_one_plain_line_each(
+    redis_url: str, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    dead = f"http://127.0.0.1:{free_port()}/api/"  # connection refused
+    config = replace(
+        bot_config(redis_url, keys, None), slack_bot_token="xoxb-test", slack_api_url=dead
+    )
+    bot = Bot(config)
+    assert bot.config.slack_enabled
+    await bot.start()
+    try:
+        assert bot.slack_link is not None
+        bot.slack_link.first_pause = 0.1
+        await wait_for_log(caplog, "auth.test failed (attempt 2)")
+        assert bot.slack_link.state == "connecting"
+    finally:
+        await bot.stop()
+    failed = [r for r in caplog.records if "auth.test failed" in r.getMessage()]
+    assert all(r.exc_info is None for r in failed)
+    first = failed[0].getMessage()
+    assert "cannot connect to 127.0.0.1:" in first and "Connection refused" in first, first
+    assert "ClientConnector" not in first and "ConnectionKey" not in first, "no raw reprs"
+    assert not any("will be unused" in r.getMessage() for r in caplog.records)
+
+
+async def test_auth_test_at_start_logs_the_team_and_refuses_a_bad_token(
+    redis_url: str, keys: Keys, slack: SlackEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    good = Bot(bot_config(redis_url, keys, slack))
+    bad = Bot(replace(bot_config(redis_url, keys, slack), slack_bot_token="xoxb-wrong"))
+    await good.start()
+    await bad.start()
+    try:
+        await wait_for_log(caplog, "slack ok: team")
+        await wait_for_log(caplog, "Slack refused the bot token")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{good.port}/healthz") as resp:
+                assert resp.status == 200 and (await resp.json())["slack"] == "ok"
+            async with http.get(f"http://127.0.0.1:{bad.port}/healthz") as resp:
+                body = await resp.json()
+                assert resp.status == 503 and body["ok"] is False
+                assert body["slack"].startswith("error: Slack refused the bot token (invalid_auth)")
+    finally:
+        await bad.stop()
+        await good.stop()
+    refused = [r for r in caplog.records if "refused the bot token" in r.getMessage()]
+    assert len(refused) == 1 and refused[0].levelno == logging.ERROR, "one line, no retries"
+    assert "SLACK_BOT_TOKEN" in refused[0].getMessage()
+    assert not any("will be unused" in r.getMessage() for r in caplog.records)
+
+
+def test_failures_read_as_plain_words() -> None:
+    key = SimpleNamespace(host="slack.com", port=443, ssl=True)
+    dns = aiohttp.ClientConnectorDNSError(key, socket.gaierror(-2, "Name or service not known"))  # type: ignore[arg-type]
+    assert plain(dns) == "cannot connect to slack.com:443 (Name or service not known)"
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "Connect call failed"))  # type: ignore[arg-type]
+    assert plain(refused) == "cannot connect to slack.com:443 (Connection refused)"
+    assert plain(TimeoutError()) == "no answer in time"
+    assert plain(RuntimeError("boom\nsecond line")) == "RuntimeError: boom"
