@@ -81,12 +81,13 @@ async def test_permission_prompt_over_http_waits_for_a_signed_click(
     assert decided.principal == derived_name("test-token")  # asked by the token's principal
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # notifications/cancelled; a disconnect
 async def test_a_cancelled_http_call_is_withdrawn_and_its_message_says_so(
-    make_bot: BotFactory, slack: SlackEmulator
+    make_bot: BotFactory, slack: SlackEmulator, mode: str
 ) -> None:
     bot = await make_bot()
     assert bot.ctx is not None
-    async with mcp_client(bot) as client:
+    async with mcp_client(bot, mode) as client:
         call = asyncio.create_task(
             client.call_tool("request_approval", {"action": "rotate_keys", "arguments": {}})
         )
