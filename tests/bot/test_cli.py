@@ -341,10 +341,10 @@ async def test_hook_called_in_a_long_running_process_counts_from_the_call(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # This process has been running for ten minutes (pytest late in a run, or a program that
-    # embeds the entry point): the hook's 5 s still count from the call, not from the spawn.
+    # embeds the entry point): the hook's 30 s still count from the call, not from the spawn.
     monkeypatch.setattr("bot.commands.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_old")))
-    run = asyncio.create_task(cli("hook", "claude-code", "--timeout", "5"))
+    run = asyncio.create_task(cli("hook", "claude-code", "--timeout", "30"))
     await decide_next(ctx.service, "Bash")
     assert await run == 0
     out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
