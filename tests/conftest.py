@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 import pytest
 from aiohttp import web
+from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
 
 from approvals.policy_file import default_policy
@@ -24,6 +25,12 @@ from bot.context import BotContext
 from tests.support import delete_prefix
 
 pytest_plugins = ["tests.support.e2e"]
+
+# CI (CI=true) replays the same examples every run, so a red build is reproducible and never
+# depends on the draw; local runs keep exploring (and save what they find in .hypothesis/).
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 def _reachable(url: str) -> bool:
