@@ -1,5 +1,7 @@
 """Hook input nobody vouches for: bytes → the hook's JSON, or why it cannot be read; the deny.
 
+Internal to approval-bot (not a stable API); agents import from `approvals`.
+
 Claude Code runs a tool when an `http` hook answers non-2xx, and treats a
 command hook's exit status 1 as "no opinion": so every hook answer must be a
 decision the agent reads. This module turns whatever arrives (arbitrary
