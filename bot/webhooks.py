@@ -195,9 +195,13 @@ class WebhookWorker:
         tasks = [*self._loops, *self._tasks]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # bounded: stopping never hangs on a task slow to unwind
+            done, stuck = await asyncio.wait(tasks, timeout=5.0)
+            for task in done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()
+            if stuck:
+                log.warning("webhook worker stopped with %d tasks still unwinding", len(stuck))
         self._loops = []
         if self._session is not None:
             await self._session.close()

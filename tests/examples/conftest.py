@@ -57,7 +57,7 @@ async def serve_handler() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
 
         app = web.Application()
         app.router.add_post("/hook", route)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         runners.append(runner)

@@ -48,7 +48,10 @@ class WebhookReceiver:
     async def __aenter__(self) -> WebhookReceiver:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        # A held or slow reply never keeps cleanup waiting (aiohttp would wait 60 s).
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
