@@ -165,6 +165,9 @@ async def test_every_way_out_of_pending_queues_a_delivery_in_the_same_script(
         ApprovalEvent(tool_name="read_file"), callback=Callback(url=url)
     )
     assert by_policy.status == "approved"
+    failed = await ask(ctx, url)  # the dispatcher's end for a post Slack refused
+    await ctx.store.resolve(failed.id, Decision.error("Slack refused the message", by="slack"))
+    assert (await ctx.store.get(failed.id)).status == "error"
     entries = await ctx.redis.xrange(queue)
     assert [f["id"] for _, f in entries] == [
         resolved.id,
@@ -172,11 +175,18 @@ async def test_every_way_out_of_pending_queues_a_delivery_in_the_same_script(
         expiring.id,
         cancelled.id,
         by_policy.id,
+        failed.id,
     ]
-    # a vote that does not decide queues nothing; a lost race queues nothing more
-    ctx.service.policy = callback_policy("127.0.0.1")
+    # a vote short of the quorum queues nothing; a lost race queues nothing more
+    two = ApprovalRequest(
+        event=ApprovalEvent(tool_name="deploy"), quorum=2, callback=Callback(url=url)
+    )
+    await ctx.store.create(two)
+    assert (await ctx.store.vote(two.id, "U0ONE", "approve")).status == "recorded"
     assert not (await ctx.store.resolve(resolved.id, Decision.deny("late", by="U1"))).won
-    assert await ctx.redis.xlen(queue) == 5
+    assert await ctx.redis.xlen(queue) == 6
+    assert (await ctx.store.vote(two.id, "U0TWO", "approve")).status == "decided"
+    assert await ctx.redis.xlen(queue) == 7
 
 
 # -- signing ---------------------------------------------------------------------------------------
