@@ -35,7 +35,7 @@ from approvals.policy_file import parse_policy
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
-from approvals.store.webhooks import DEFAULT_PRINCIPAL, WebhookSecrets
+from approvals.store.webhooks import WebhookSecrets
 from bench.common import (
     add_redis_arguments,
     delete_prefix,
@@ -49,6 +49,8 @@ from bot.app import Bot, BotConfig
 from bot.webhooks import WebhookOptions
 
 API_TOKEN = "bench-token"
+#: The principal the API token names: its secret signs the webhooks.
+PRINCIPAL = "bench"
 
 
 class Receiver:
@@ -66,8 +68,13 @@ class Receiver:
         assert self.webhook is not None
         try:
             payload = self.webhook.verify(body, dict(request.headers))
-        except Exception:
+        except Exception as e:
             self.bad += 1
+            # Fail that cycle now (not after its 30 s wait): the bench signs with the wrong secret.
+            unverified = json.loads(body).get("data", {}).get("id", "")
+            future = self.waiters.get(unverified)
+            if future is not None and not future.done():
+                future.set_exception(RuntimeError(f"webhook signature did not verify: {e}"))
             return web.Response(status=401)
         request_id = payload["data"]["id"]
         self.arrived[request_id] = at
@@ -137,7 +144,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             prefix=keys.prefix,
             host="127.0.0.1",
             port=0,
-            api_tokens=(API_TOKEN,),
+            api_tokens=(f"{PRINCIPAL}:{API_TOKEN}",),
             consumer=f"bench-{uuid.uuid4().hex[:6]}",
             webhooks=WebhookOptions(read_block_ms=1000),
         ),
@@ -146,7 +153,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     await bot.start()
     redis = connect(url, client_name="bench-webhooks")
     store = ApprovalStore(redis, keys)
-    receiver.webhook = Webhook(await WebhookSecrets(redis, keys).current(DEFAULT_PRINCIPAL))
+    receiver.webhook = Webhook(await WebhookSecrets(redis, keys).current(PRINCIPAL))
     api = f"http://127.0.0.1:{bot.port}"
     headers = {"Authorization": f"Bearer {API_TOKEN}"}
     limits = aiohttp.TCPConnector(limit=args.concurrency * 3)
