@@ -63,6 +63,10 @@ class Approval(BaseModel):
     decided_by: str | None = None
     decided_at: datetime | None = None
     via: str | None = None
+    #: Approved with edits: the arguments the agent is to run instead of `arguments`.
+    edited_arguments: dict[str, Any] | None = None
+    #: Who edited them.
+    edited_by: str | None = None
     votes: list[Vote] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     #: Where the signed decision webhook goes (None: no webhook).
@@ -97,6 +101,8 @@ class Approval(BaseModel):
             decided_by=d.decided_by if d else None,
             decided_at=d.decided_at if d else None,
             via=d.via if d else None,
+            edited_arguments=d.edited_arguments if d else None,
+            edited_by=d.edited_by if d else None,
             votes=list(request.votes),
             metadata=request.metadata,
             callback=request.callback,
@@ -123,6 +129,8 @@ class Approval(BaseModel):
             decided_by=self.decided_by,
             decided_at=self.decided_at or datetime.now(UTC),
             via=self.via or "api",
+            edited_arguments=self.edited_arguments,
+            edited_by=self.edited_by,
         )
 
     def to_request(self) -> ApprovalRequest:
@@ -165,6 +173,8 @@ class Approval(BaseModel):
             text += f" (selection: {self.selection})"
         if self.for_session:
             text += " (for this session)"
+        if self.edited_arguments is not None:
+            text += f" (with arguments edited by {self.edited_by or 'a reviewer'})"
         if self.reason and self.status != "approved":
             text += f": {self.reason}"
         return text

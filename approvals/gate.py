@@ -16,13 +16,14 @@ import contextvars
 import functools
 import inspect
 import logging
+import typing
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, Protocol, Self, TypeVar, cast, overload
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from approvals.errors import ApprovalError, InvalidRequest
@@ -30,6 +31,7 @@ from approvals.hooks import TIMEOUT_REASON, Allow, HookLike, call_maybe_async, i
 from approvals.hooks import run_hook as _run_hook
 from approvals.models import (
     DEFAULT_DEADLINE_SECONDS,
+    MAX_TEXT,
     ApprovalConfig,
     ApprovalEvent,
     Decision,
@@ -206,12 +208,24 @@ def require_approval(
             return request, bound
 
         def call_args(
-            bound: inspect.BoundArguments, args: Any, kwargs: Any, decision: Decision
-        ) -> tuple[Any, Any]:
+            request: GateRequest,
+            bound: inspect.BoundArguments,
+            args: Any,
+            kwargs: Any,
+            decision: Decision,
+        ) -> tuple[Any, Any, Decision] | Denied:
+            if decision.edited_arguments is not None:
+                edited = edited_call(fn, signature, bound, decision.edited_arguments)
+                if isinstance(edited, str):
+                    reason = f"the reviewer's edit does not fit {tool}: {edited}"
+                    return Denied(tool, reason[:MAX_TEXT], decision)
+                bound = edited
+                args, kwargs = bound.args, bound.kwargs
+                decision = decision.model_copy(update={"original_arguments": request.arguments})
             if not inject:
-                return args, kwargs
+                return args, kwargs, decision
             bound.arguments[APPROVAL_PARAMETER] = decision
-            return bound.args, bound.kwargs
+            return bound.args, bound.kwargs, decision
 
         def reject(outcome: Rejection) -> Rejection:
             log.info("gated call not run tool=%s outcome=%s", tool, outcome)
@@ -232,7 +246,10 @@ def require_approval(
                 outcome = await review_async(handler or default_handler, request, timeout)
                 if not isinstance(outcome, Decision):
                     return reject(outcome)
-                args, kwargs = call_args(bound, args, kwargs, outcome)
+                called = call_args(request, bound, args, kwargs, outcome)
+                if isinstance(called, Denied):
+                    return reject(called)
+                args, kwargs, outcome = called
                 token = _CURRENT.set(outcome)
                 try:
                     return await fn(*args, **kwargs)
@@ -250,7 +267,10 @@ def require_approval(
                 outcome = review_sync(handler or default_handler, request, timeout)
                 if not isinstance(outcome, Decision):
                     return reject(outcome)
-                args, kwargs = call_args(bound, args, kwargs, outcome)
+                called = call_args(request, bound, args, kwargs, outcome)
+                if isinstance(called, Denied):
+                    return reject(called)
+                args, kwargs, outcome = called
                 token = _CURRENT.set(outcome)
                 try:
                     return fn(*args, **kwargs)
@@ -263,6 +283,42 @@ def require_approval(
         return wrapper
 
     return cast(Gate, decorate)
+
+
+def edited_call(
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    bound: inspect.BoundArguments,
+    edited: Mapping[str, Any],
+) -> inspect.BoundArguments | str:
+    """The call with a reviewer's `edited` arguments, checked against `fn`'s signature (the
+    names bind, each annotated value validates with pydantic), or why it does not fit."""
+    if APPROVAL_PARAMETER in edited:
+        return f"{APPROVAL_PARAMETER!r} is not an argument a reviewer may set"
+    params = list(signature.parameters.values())
+    leading = []
+    if params and params[0].name in ("self", "cls") and params[0].name in bound.arguments:
+        leading.append(bound.arguments[params[0].name])
+    try:
+        new = signature.bind(*leading, **edited)
+    except TypeError as e:
+        return str(e)
+    new.apply_defaults()
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: the names still had to bind
+        hints = {}
+    for name, value in list(new.arguments.items()):
+        hint = hints.get(name)
+        if hint is None or name == APPROVAL_PARAMETER or name not in edited:
+            continue
+        try:
+            new.arguments[name] = TypeAdapter(hint).validate_python(value)
+        except ValidationError as e:
+            return f"{name}: {e.errors()[0].get('msg', 'invalid value')}"
+        except Exception:  # a type pydantic cannot build: leave the value as edited
+            continue
+    return new
 
 
 def canonical_arguments(

@@ -70,6 +70,9 @@ class ApprovalConfig(BaseModel):
     #: With `allow_for_session`: may the reviewer grant every call of the tool? Set from the
     #: route (`allow_tool_grants`), never by a caller.
     allow_tool_grants: bool = False
+    #: May a reviewer approve with edited arguments? Set from the route (`allow_edits`),
+    #: never by a caller.
+    allow_edits: bool = False
 
     @field_validator("options")
     @classmethod
@@ -127,6 +130,8 @@ class ApprovalEvent(BaseModel):
     command: str | None = Field(default=None, max_length=MAX_EVENT_BYTES)
     path: str | None = Field(default=None, max_length=4096)
     permissions: dict[str, Any] | None = None
+    #: A JSON Schema the arguments must satisfy; a reviewer's edit is checked against it.
+    arguments_schema: dict[str, Any] | None = None
 
     @field_validator("arguments", mode="before")
     @classmethod
@@ -162,6 +167,13 @@ class Decision(BaseModel):
     decided_by: str | None = Field(default=None, max_length=200)
     decided_at: datetime = Field(default_factory=utcnow)
     via: str = Field(default="api", max_length=50)
+    #: An approval of edited arguments: exactly what the agent is to run instead.
+    edited_arguments: dict[str, Any] | None = None
+    #: Who edited them (may differ from `decided_by` on a quorum route).
+    edited_by: str | None = Field(default=None, max_length=200)
+    #: With `edited_arguments`, set by `require_approval` for the function it runs: the
+    #: arguments of the call as the agent made it (never stored).
+    original_arguments: dict[str, Any] | None = None
 
     @classmethod
     def approve(
@@ -206,6 +218,19 @@ class Vote(BaseModel):
     reason: str | None = None
 
 
+class Proposal(BaseModel):
+    """A reviewer's edit of a request's arguments: what the votes now approve."""
+
+    model_config = _STRICT
+
+    arguments: dict[str, Any]
+    by: str = Field(max_length=200)
+    at: datetime = Field(default_factory=utcnow)
+    note: str | None = Field(default=None, max_length=MAX_TEXT)
+    #: Which version the votes are for: a hash of the request's fingerprint and `arguments`.
+    version: str
+
+
 class SlackMessage(BaseModel):
     """Where a request's Slack message was posted."""
 
@@ -243,6 +268,8 @@ class ApprovalRequest(BaseModel):
     principal: str | None = Field(default=None, max_length=64)
     #: The route the caller asked for (a policy route name), if any.
     requested_route: str | None = Field(default=None, max_length=100)
+    #: A reviewer's edit awaiting the quorum's votes (`approvals/edits.py`).
+    proposal: Proposal | None = None
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:
@@ -280,6 +307,7 @@ class ApprovalRequest(BaseModel):
             content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
+
 
 def check_event_size(event: ApprovalEvent) -> int:
     """Raise `PayloadTooLarge` when the serialised event passes `MAX_EVENT_BYTES`."""

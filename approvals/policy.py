@@ -191,6 +191,9 @@ class Route(BaseModel):
     #: Offer "approve every call of this tool for the session" (otherwise only this exact
     #: call, or a command prefix for shell tools).
     allow_tool_grants: bool = False
+    #: Offer "Edit…" (approve with edited arguments) on kind `approval` requests whose agent
+    #: can run an edited call (`approvals/edits.py`).
+    allow_edits: bool = True
     dm_reviewers: bool = False
 
 

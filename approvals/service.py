@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvals.callbacks import Callback
+from approvals.edits import check_edit, current_arguments, current_version, version_of
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.grants import Grant, ScopeOption, call_hash, offered
 from approvals.models import (
@@ -25,6 +26,7 @@ from approvals.models import (
     ApprovalRequest,
     Decision,
     GrantScope,
+    Proposal,
 )
 from approvals.policy import Policy
 from approvals.slack_ids import is_user_group
@@ -145,6 +147,9 @@ class ApprovalService:
         tool_grants = bool(policy_route and policy_route.allow_tool_grants)
         if effective.allow_tool_grants != tool_grants:  # the route's word, never the caller's
             effective = effective.model_copy(update={"allow_tool_grants": tool_grants})
+        edits = policy_route.allow_edits if policy_route else True
+        if effective.allow_edits != edits:  # the route's word, never the caller's
+            effective = effective.model_copy(update={"allow_edits": edits})
         # The route's deadline wins over the caller's: an agent must not shorten it to reach
         # an `on_timeout: approve` sooner.
         deadline = decision.deadline_seconds or config.deadline_seconds
@@ -224,18 +229,23 @@ class ApprovalService:
         selection: str | None = None,
         for_session: bool = False,
         scope: GrantScope = "call",
+        version: str | None = None,
     ) -> VoteResult:
-        """Record `actor`'s decision. Raises `NotAllowed` (with `.details` = "self" or
-        "not_reviewer") and `InvalidRequest`; a late or duplicate decision is a normal
-        result (`closed` / `duplicate`) carrying the request as it stands. With
-        `for_session`, an approval also grants the caller the chosen `scope` (one of
-        `scope_options(request)`) for the rest of the session."""
+        """Record `actor`'s decision. An approval is of the arguments proposed now (a
+        reviewer's edit, `approvals/edits.py`, else the agent's); with `version` (what the
+        actor was shown), a request edited since is left alone: `stale`. Raises
+        `NotAllowed` (with `.details` = "self" or "not_reviewer") and `InvalidRequest`; a
+        late or duplicate decision is a normal result (`closed` / `duplicate`) carrying the
+        request as it stands. With `for_session`, an approval also grants the caller the
+        chosen `scope` (one of `scope_options(request)`) for the rest of the session."""
         for name, text in (("reason", reason), ("input", input)):
             if text is not None and len(text) > MAX_TEXT:
                 raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
         request = await self.store.get(request_id)
         if not request.is_pending:
             return VoteResult("closed", request)
+        if version is not None and version != current_version(request):
+            return VoteResult("stale", request)
         refusal = await self.may_decide(request, actor)
         if refusal == "self":
             raise NotAllowed(
@@ -258,6 +268,13 @@ class ApprovalService:
                 if outcome == "approve"
                 else Decision.deny(reason, by=actor.id, via=actor.via)
             )
+            if outcome == "approve" and request.proposal is not None:
+                decision = decision.model_copy(
+                    update={
+                        "edited_arguments": request.proposal.arguments,
+                        "edited_by": request.proposal.by,
+                    }
+                )
             resolved = await self.store.resolve(request_id, decision)
             result = VoteResult("decided" if resolved.won else "closed", resolved.request)
         else:
@@ -272,6 +289,7 @@ class ApprovalService:
                 for_session=for_session,
                 scope=scope,
                 expected_escalations=request.escalations,
+                proposal=request.proposal,
             )
             if result.status == "moved":
                 # Escalated since the check above: check the actor against the new route.
@@ -284,9 +302,70 @@ class ApprovalService:
                     selection=selection,
                     for_session=for_session,
                     scope=scope,
+                    version=version if version is not None else current_version(request),
                 )
         if result.status == "decided" and outcome == "approve" and for_session:
             await self._grant(result.request, scope)
+        return result
+
+    async def edit(
+        self,
+        request_id: str,
+        actor: Actor,
+        arguments: Any,
+        *,
+        note: str | None = None,
+        version: str | None = None,
+    ) -> VoteResult:
+        """`actor` approves `request_id` with edited `arguments` (checked by
+        `approvals.edits.check_edit`: `InvalidRequest` with `details` "arguments"). The edit
+        is a proposal: earlier votes are dropped, it counts as the actor's approval, and on
+        a quorum of 1 it decides. With `version` (what the actor was shown), a request
+        edited since is left alone: `stale`. Refusals as in `decide`."""
+        if note is not None and len(note) > MAX_TEXT:
+            raise InvalidRequest(f"note is longer than {MAX_TEXT} characters", details="note")
+        request = await self.store.get(request_id)
+        if not request.is_pending:
+            return VoteResult("closed", request)
+        seen = version if version is not None else current_version(request)
+        if seen != current_version(request):
+            return VoteResult("stale", request)
+        refusal = await self.may_decide(request, actor)
+        if refusal == "self":
+            raise NotAllowed(
+                "you asked for this approval; someone else has to decide", details=refusal
+            )
+        if refusal is not None:
+            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        edited = check_edit(request, arguments)
+        if edited == current_arguments(request):
+            raise InvalidRequest(
+                "nothing was changed; use Approve to approve the call as it is",
+                details="arguments",
+            )
+        proposal = Proposal(
+            arguments=edited,
+            by=actor.id,
+            at=self.store.now(),
+            note=note or None,
+            version=version_of(request, edited),
+        )
+        result = await self.store.propose(
+            request_id,
+            proposal,
+            via=actor.via,
+            seen_version=seen,
+            expected_escalations=request.escalations,
+        )
+        if result.status == "moved":  # escalated since the check: check against the new route
+            return await self.edit(request_id, actor, arguments, note=note, version=seen)
+        log.info(
+            "edit id=%s by=%s result=%s quorum=%s",
+            request_id,
+            actor.id,
+            result.status,
+            request.quorum,
+        )
         return result
 
     def _check_answer(

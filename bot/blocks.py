@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from approvals.edits import edits_offered
 from approvals.grants import offered, scope_options
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from approvals.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from bot import ids
+from bot.edits import diff_lines
 from bot.masking import hidden_values, mask_arguments, mask_text
 
 Block = dict[str, Any]
@@ -125,6 +127,11 @@ def _context(*elements: str) -> Block:
 def _fence(raw: str) -> str:
     """Keep a value from closing its own code block."""
     return raw.replace("```", "`\u200b`\u200b`")
+
+
+def _diff(lines: list[str]) -> str:
+    """An edit's diff lines (masked by `bot.edits.diff_lines`) as a code block."""
+    return "```\n" + escape(_fence(clip("\n".join(lines) or "(no change)", 2000))) + "\n```"
 
 
 def _code_section(title: str, raw: str, *, what: str, request_id: str) -> Block:
@@ -288,8 +295,13 @@ def _actions(v: _View) -> list[Block]:
     elif req.config.kind == "input":
         elements = [_button("Respond…", ids.RESPOND, req.id, "primary"), deny]
     else:
-        elements = [_button("Approve", ids.APPROVE, req.id, "primary")]
-        scopes = offered(req)
+        version = req.proposal.version if req.proposal else ""
+        approve = "Approve edited" if req.proposal else "Approve"
+        elements = [_button(approve, ids.APPROVE, ids.approve_value(req.id, version), "primary")]
+        if edits_offered(req):
+            elements.append(_button("Edit…", ids.EDIT, req.id))
+        # Session grants describe the agent's own call: not offered once it is edited.
+        scopes = offered(req) if req.proposal is None else []
         if scopes:
             # The reviewer sees exactly what each session grant would allow, and for whom.
             who_for = f" for {plain(req.principal)}" if req.principal else ""
@@ -349,6 +361,14 @@ def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Mes
         status.append(f"🗳️ {quorum_progress(req)}")
     if status:
         blocks.append(_context(*status))
+    if req.proposal is not None:
+        p = req.proposal
+        restart = " — the votes restarted for this version" if req.quorum > 1 else ""
+        lines = diff_lines(req, req.event.arguments, p.arguments)
+        head = f"✏️ *Arguments edited by {who(p.by)}*{restart}:"
+        if p.note:
+            head += "\n> " + clip_escaped(v.mask(p.note), 500)
+        blocks.append(_section(head + "\n" + _diff(lines)))
     blocks += _actions(v)
     text = _fallback("🔐 Approval needed: ", v)
     return {"text": text, "blocks": _finish(blocks)}
@@ -394,6 +414,10 @@ def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Mes
         blocks.append(_section(selection))
     if d and d.input:
         blocks.append(_code_section("Input", v.mask(d.input), what="input", request_id=req.id))
+    if d and d.edited_arguments is not None and req.status == "approved":
+        lines = diff_lines(req, req.event.arguments, d.edited_arguments)
+        head = f"✏️ *Approved with edits by {who(d.edited_by)}* (the agent runs the edited call):"
+        blocks.append(_section(head + "\n" + _diff(lines)))
     meta = []
     if req.quorum > 1 or req.votes:
         marks = {"approve": "✅", "deny": "❌"}

@@ -156,6 +156,22 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     lines.append(f"route:      {request.route} → {request.channel or '-'}")
     reviewers = ", ".join(request.reviewers) or "anyone"
     lines.append(f"reviewers:  {reviewers} (quorum {request.quorum})")
+    edited = d.edited_arguments if d and d.edited_arguments is not None else None
+    proposal = request.proposal
+    if edited is not None or proposal is not None:
+        label = "edited:" if edited is not None else "proposed:"
+        by = (d.edited_by if edited is not None and d else None) or (
+            proposal.by if proposal else "-"
+        )
+        shown = edited if edited is not None else (proposal.arguments if proposal else {})
+        text = json.dumps(
+            mask_arguments(shown, cfg.sensitivity),
+            indent=2,
+            ensure_ascii=False,
+            default=str,
+        )
+        lines.append(f"{label:<11} by {by}")
+        lines.append("            " + text.replace("\n", "\n            "))
     for vote in request.votes:
         why = f": {vote.reason}" if vote.reason else ""
         lines.append(f"vote:       {vote.user} {vote.outcome} at {vote.at.isoformat()}{why}")

@@ -33,6 +33,9 @@ CHOOSE_SELECT = "approval_choose_select"
 #: Opens the input modal for kind `input`.
 RESPOND = "approval_respond"
 
+#: Opens the Edit… modal (approve with edited arguments, `bot/edits.py`).
+EDIT = "approval_edit"
+
 #: block_id of the actions block in a request message.
 ACTIONS_BLOCK = "approval_actions"
 
@@ -42,6 +45,11 @@ REASON_BLOCK = "approval_reason_block"
 REASON_ACTION = "approval_reason"
 INPUT_BLOCK = "approval_input_block"
 INPUT_ACTION = "approval_input"
+EDIT_MODAL = "approval_edit_modal"
+EDIT_BLOCK = "approval_edit_block"
+EDIT_ACTION = "approval_edit"
+NOTE_BLOCK = "approval_note_block"
+NOTE_ACTION = "approval_note"
 
 #: Every plain action id a request message can carry (choice buttons match CHOOSE_PATTERN).
 BUTTON_ACTIONS: frozenset[str] = frozenset(
@@ -53,8 +61,21 @@ BUTTON_ACTIONS: frozenset[str] = frozenset(
         APPROVE_SESSION_TOOL,
         CHOOSE_SELECT,
         RESPOND,
+        EDIT,
     }
 )
+
+
+def approve_value(request_id: str, version: str = "") -> str:
+    """The Approve button's value: the request id, and the version of the arguments it
+    approves when a reviewer edited them (`<id>@<version>`; ids never hold `@`)."""
+    return f"{request_id}@{version}" if version else request_id
+
+
+def read_approve_value(value: str) -> tuple[str, str]:
+    """(request id, version) from an Approve button's value; version '' = the agent's own."""
+    request_id, _, version = value.partition("@")
+    return request_id, version
 
 
 def choose_action_id(index: int) -> str:
@@ -72,20 +93,26 @@ def choice_index(action_id: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ModalMetadata:
-    """What a modal's `private_metadata` carries: the request id and the message it came from."""
+    """What a modal's `private_metadata` carries: the request id and the message it came from
+    (and, for the Edit modal, the version of the arguments it showed)."""
 
     request_id: str
     channel: str | None = None
     ts: str | None = None
+    version: str = ""
 
 
-def encode_metadata(request_id: str, channel: str | None = None, ts: str | None = None) -> str:
+def encode_metadata(
+    request_id: str, channel: str | None = None, ts: str | None = None, version: str = ""
+) -> str:
     """A modal's `private_metadata` (JSON; well under Slack's 3000 characters)."""
     data: dict[str, str] = {"id": request_id}
     if channel:
         data["channel"] = channel
     if ts:
         data["ts"] = ts
+    if version:
+        data["version"] = version
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -99,8 +126,10 @@ def decode_metadata(raw: str) -> ModalMetadata:
         return ModalMetadata(request_id=raw)
     channel = data.get("channel")
     ts = data.get("ts")
+    version = data.get("version")
     return ModalMetadata(
         request_id=data["id"],
         channel=channel if isinstance(channel, str) else None,
         ts=ts if isinstance(ts, str) else None,
+        version=version if isinstance(version, str) else "",
     )

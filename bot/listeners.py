@@ -18,11 +18,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 
+from approvals.edits import check_edit, edits_offered
 from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavailable
 from approvals.models import ApprovalRequest, GrantScope
 from approvals.service import Actor
 from approvals.store.store import VoteResult
-from bot import ids, modals
+from bot import edits, ids, modals
 from bot.context import BotContext
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     app.action(ids.CHOOSE_PATTERN)(listeners.on_choose)
     app.action(ids.CHOOSE_SELECT)(listeners.on_choose)
     app.action(ids.RESPOND)(listeners.on_respond_button)
+    app.action(ids.EDIT)(listeners.on_edit_button)
     app.view(ids.DENY_MODAL)(listeners.on_deny_submit)
     app.view(ids.INPUT_MODAL)(listeners.on_input_submit)
+    app.view(ids.EDIT_MODAL)(listeners.on_edit_submit)
     app.error(listeners.on_error)
     return listeners
 
@@ -95,7 +98,9 @@ class Listeners:
 
     async def on_approve(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        await self._guarded(body, self._decide(body, _action(body).get("value", ""), "approve"))
+        # The button names the version of the arguments it approves (`ids.approve_value`).
+        request_id, version = ids.read_approve_value(str(_action(body).get("value", "")))
+        await self._guarded(body, self._decide(body, request_id, "approve", version=version))
 
     async def on_approve_session(self, ack: AsyncAck, body: Body) -> None:
         """Approve for session with the scope of the button clicked (`ids.SESSION_SCOPES`)."""
@@ -149,7 +154,11 @@ class Listeners:
         await ack()
         await self._guarded(body, self._open_modal(body, "input"))
 
-    async def _open_modal(self, body: Body, which: Literal["deny", "input"]) -> None:
+    async def on_edit_button(self, ack: AsyncAck, body: Body) -> None:
+        await ack()
+        await self._guarded(body, self._open_modal(body, "edit"))
+
+    async def _open_modal(self, body: Body, which: Literal["deny", "input", "edit"]) -> None:
         request = await self._load(body, str(_action(body).get("value", "")))
         if request is None:
             return
@@ -162,9 +171,21 @@ class Listeners:
             return
         message = body.get("message") or {}
         channel, ts = _channel(body), message.get("ts")
-        view = (modals.deny_modal if which == "deny" else modals.input_modal)(
-            request, channel=channel, ts=ts
-        )
+        if which == "edit":
+            text = edits.edit_text(request) if edits_offered(request) else None
+            if text is None:
+                why = (
+                    "The arguments are too long to edit in Slack."
+                    if edits_offered(request)
+                    else "Editing is not offered for this request."
+                )
+                await self._ephemeral(body, why)
+                return
+            view = modals.edit_modal(request, text, channel=channel, ts=ts)
+        else:
+            view = (modals.deny_modal if which == "deny" else modals.input_modal)(
+                request, channel=channel, ts=ts
+            )
         try:
             await self.ctx.slack.views_open(trigger_id=body.get("trigger_id"), view=view)
         except SlackApiError as e:
@@ -194,6 +215,72 @@ class Listeners:
         )
         await self._guarded(body, decision, meta.channel)
 
+    async def on_edit_submit(self, ack: AsyncAck, body: Body) -> None:
+        """Approve with edits: read the JSON back (masks restored), check it (object, the
+        agent's schema) and answer errors in the modal; else decide through the service."""
+        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        text = self._view_value(body, ids.EDIT_BLOCK, ids.EDIT_ACTION)
+        note = self._view_value(body, ids.NOTE_BLOCK, ids.NOTE_ACTION).strip()
+        try:
+            request = await self.ctx.store.get(meta.request_id)
+            arguments = edits.read_edit(request, text)
+            check_edit(request, arguments)
+        except NotFound:
+            await ack(**modals.modal_errors(ids.EDIT_BLOCK, modals.refusal_text("not_found")))
+            return
+        except edits.EditError as e:
+            await ack(**modals.modal_errors(ids.EDIT_BLOCK, str(e)))
+            return
+        except InvalidRequest as e:
+            await ack(**modals.modal_errors(ids.EDIT_BLOCK, e.message))
+            return
+        except _STORE_ERRORS:
+            await ack(**modals.modal_errors(ids.EDIT_BLOCK, UNRECORDED))
+            return
+        await ack()
+        work = self._edit(body, meta, arguments, note or None)
+        await self._guarded(body, work, meta.channel)
+
+    async def _edit(
+        self, body: Body, meta: ids.ModalMetadata, arguments: dict[str, Any], note: str | None
+    ) -> None:
+        user = _user(body)
+        channel = meta.channel
+        try:
+            result = await self.ctx.service.edit(
+                meta.request_id,
+                Actor(user, via="slack"),
+                arguments,
+                note=note,
+                version=meta.version,
+            )
+        except NotFound:
+            await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
+            return
+        except NotAllowed as e:
+            request = await self.ctx.store.get(meta.request_id)
+            await self._ephemeral(
+                body, modals.refusal_text(_refusal_kind(e.details), request), channel=channel
+            )
+            return
+        except InvalidRequest as e:
+            await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
+            return
+        self.ctx.count("slack_edits_" + result.status)
+        log.info("edit id=%s user=%s result=%s", meta.request_id, user, result.status)
+        await self._explain(body, result, channel)
+
+    async def _explain(self, body: Body, result: VoteResult, channel: str | None) -> None:
+        """Tell the clicker why their click changed nothing (late, duplicate, stale)."""
+        kinds: dict[str, modals.RefusalKind] = {
+            "closed": "already_decided",
+            "duplicate": "already_voted",
+            "stale": "edited_since",
+        }
+        kind = kinds.get(result.status)
+        if kind is not None:
+            await self._ephemeral(body, modals.refusal_text(kind, result.request), channel=channel)
+
     @staticmethod
     def _view_value(body: Body, block_id: str, action_id: str) -> str:
         values = ((body.get("view") or {}).get("state") or {}).get("values") or {}
@@ -220,6 +307,7 @@ class Listeners:
         for_session: bool = False,
         scope: GrantScope = "call",
         channel: str | None = None,
+        version: str | None = None,
     ) -> VoteResult | None:
         user = _user(body)
         try:
@@ -232,6 +320,7 @@ class Listeners:
                 selection=selection,
                 for_session=for_session,
                 scope=scope,
+                version=version,
             )
         except NotFound:
             await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
@@ -247,14 +336,7 @@ class Listeners:
             await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
             return None
         self.ctx.count("slack_decisions_" + result.status)
-        if result.status == "closed":
-            await self._ephemeral(
-                body, modals.refusal_text("already_decided", result.request), channel=channel
-            )
-        elif result.status == "duplicate":
-            await self._ephemeral(
-                body, modals.refusal_text("already_voted", result.request), channel=channel
-            )
+        await self._explain(body, result, channel)
         log.info(
             "click id=%s user=%s outcome=%s result=%s", request_id, user, outcome, result.status
         )

@@ -25,7 +25,13 @@ from bot.masking import mask_text
 
 MAX_MODAL_TITLE = 24
 RefusalKind = Literal[
-    "already_decided", "not_reviewer", "self_approval", "already_voted", "not_found", "stale_option"
+    "already_decided",
+    "not_reviewer",
+    "self_approval",
+    "already_voted",
+    "not_found",
+    "stale_option",
+    "edited_since",
 ]
 
 
@@ -40,6 +46,7 @@ def _modal(
     blocks: list[Block],
     channel: str | None,
     ts: str | None,
+    version: str = "",
 ) -> dict[str, Any]:
     if req.message:
         channel = channel or req.message.channel
@@ -47,7 +54,7 @@ def _modal(
     return {
         "type": "modal",
         "callback_id": callback_id,
-        "private_metadata": ids.encode_metadata(req.id, channel, ts),
+        "private_metadata": ids.encode_metadata(req.id, channel, ts, version),
         "title": _plain(title, MAX_MODAL_TITLE),
         "submit": _plain(submit, MAX_MODAL_TITLE),
         "close": _plain("Cancel", MAX_MODAL_TITLE),
@@ -93,6 +100,30 @@ def input_modal(
     return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
 
 
+def edit_modal(
+    req: ApprovalRequest, text: str, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Edit… dialog: the arguments as JSON (`text`, masked: `bot.edits.edit_text`) to
+    change, and an optional note. Submitting approves the edited call (or, on a quorum
+    route, proposes it: the votes restart)."""
+    v = _view(req)
+    restart = " Earlier votes are dropped: the reviewers vote again." if req.quorum > 1 else ""
+    intro = clip_escaped(
+        f"Edit the arguments of {v.tool}, then approve the edited call.{restart}\n"
+        "Masked values (••••••) keep their real value if left exactly as shown.",
+        MAX_SECTION,
+    )
+    arguments = _text_input(ids.EDIT_BLOCK, ids.EDIT_ACTION, "Arguments (JSON)", optional=False)
+    arguments["element"]["initial_value"] = text
+    note = _text_input(ids.NOTE_BLOCK, ids.NOTE_ACTION, "Note (optional)", optional=True)
+    note["hint"] = _plain("Shown with the edit; the agent is told it too.", 2000)
+    blocks = [_section(intro), arguments, note]
+    title = "Approve with edits" if req.quorum <= 1 else "Propose an edit"
+    submit = "Approve edited" if req.quorum <= 1 else "Propose"
+    version = req.proposal.version if req.proposal else ""
+    return _modal(req, ids.EDIT_MODAL, title, submit, blocks, channel, ts, version)
+
+
 def modal_errors(block_id: str, message: str) -> dict[str, Any]:
     """A `view_submission` answer that shows `message` under the input `block_id`."""
     return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
@@ -111,6 +142,11 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
         return "This approval request no longer exists (it may have expired from the record)."
     if kind == "stale_option":
         return "That option is not one of this request's options."
+    if kind == "edited_since":
+        return (
+            "The arguments were edited since you looked; nothing was recorded. "
+            "Look at the updated message and decide again."
+        )
     if kind == "already_voted":
         progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""
         return f"You have already voted on this request{progress}."

@@ -237,6 +237,8 @@ class PreToolUseOutput(BaseModel):
     permissionDecision: Literal["allow", "deny", "ask", "defer"]
     permissionDecisionReason: str
     additionalContext: str | None = None
+    #: Claude Code only: the tool input to run instead (a reviewer's edit).
+    updatedInput: dict[str, Any] | None = None
 
 
 class PermissionDecision(BaseModel):
@@ -244,6 +246,9 @@ class PermissionDecision(BaseModel):
 
     behavior: Literal["allow", "deny"]
     message: str | None = None
+    #: Claude Code only: the tool input to run instead (a reviewer's edit). Codex refuses the
+    #: field (fails closed): never sent, and Codex requests are never offered editing.
+    updatedInput: dict[str, Any] | None = None
     #: Claude Code only: permission rules to add (from the event's `permission_suggestions`),
     #: so it stops asking locally too. Codex refuses the field (fails closed): never sent.
     updatedPermissions: list[dict[str, Any]] | None = None
@@ -267,11 +272,18 @@ class HookOutput(BaseModel):
 
 
 def pre_tool_use_output(
-    decision: Literal["allow", "deny", "ask", "defer"], reason: str, *, context: str | None = None
+    decision: Literal["allow", "deny", "ask", "defer"],
+    reason: str,
+    *,
+    context: str | None = None,
+    updated_input: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     out = HookOutput(
         hookSpecificOutput=PreToolUseOutput(
-            permissionDecision=decision, permissionDecisionReason=reason, additionalContext=context
+            permissionDecision=decision,
+            permissionDecisionReason=reason,
+            additionalContext=context,
+            updatedInput=updated_input,
         )
     )
     return out.model_dump(exclude_none=True)
@@ -283,11 +295,15 @@ def permission_request_output(
     *,
     system_message: str | None = None,
     updated_permissions: list[dict[str, Any]] | None = None,
+    updated_input: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     out = HookOutput(
         hookSpecificOutput=PermissionRequestOutput(
             decision=PermissionDecision(
-                behavior=behavior, message=message, updatedPermissions=updated_permissions
+                behavior=behavior,
+                message=message,
+                updatedPermissions=updated_permissions,
+                updatedInput=updated_input,
             )
         ),
         systemMessage=system_message,
@@ -310,6 +326,8 @@ def decision_text(request: ApprovalRequest) -> str:
         text = f"Approved by {who}"
         if d and d.selection:
             text += f" (choice: {d.selection})"
+        if d and d.edited_arguments is not None:
+            text += f", with the arguments edited by {_who(d.edited_by)}"
         if d and d.input:
             text += f": {d.input}"
         elif reason:
@@ -329,12 +347,11 @@ def decision_text(request: ApprovalRequest) -> str:
 def _reviewer_note(request: ApprovalRequest) -> str | None:
     """The approval text when the reviewer typed or chose something the agent should see."""
     d = request.decision
-    return decision_text(request) if d and (d.input or d.selection) else None
+    edited = d is not None and d.edited_arguments is not None
+    return decision_text(request) if d and (d.input or d.selection or edited) else None
 
 
-def session_permissions(
-    request: ApprovalRequest, suggestions: Any
-) -> list[dict[str, Any]] | None:
+def session_permissions(request: ApprovalRequest, suggestions: Any) -> list[dict[str, Any]] | None:
     """For an approve-for-session, the one Claude Code `permission_suggestions` entry that
     allows exactly the chosen scope, turned into a session rule (`destination: session`); None
     when the approval was not for the session or no suggestion matches the scope (Claude Code
@@ -386,6 +403,13 @@ def output_for_request(
     input's `permission_suggestions` (Claude Code PermissionRequest)."""
     text = decision_text(request)
     approved = request.status == "approved"
+    edited = request.decision.edited_arguments if request.decision else None
+    if approved and edited is not None and dialect != "claude-code":
+        # This agent cannot run the edited call, and the original was not approved: a deny.
+        refusal = f"{text}; this agent cannot run an edited call, so the original is denied"
+        if event == "PreToolUse":
+            return pre_tool_use_output("deny", refusal)
+        return permission_request_output("deny", refusal)
     if event == "PreToolUse":
         if approved:
             if dialect == "codex":
@@ -393,12 +417,17 @@ def output_for_request(
                 # apply); the reviewer's typed input or choice reaches it as a system message.
                 note = _reviewer_note(request)
                 return {"systemMessage": note} if note else None
-            return pre_tool_use_output("allow", text, context=_reviewer_note(request))
+            return pre_tool_use_output(
+                "allow", text, context=_reviewer_note(request), updated_input=edited
+            )
         return pre_tool_use_output("deny", text)
     if approved:
         updated = session_permissions(request, suggestions) if dialect == "claude-code" else None
         return permission_request_output(
-            "allow", system_message=_reviewer_note(request), updated_permissions=updated
+            "allow",
+            system_message=_reviewer_note(request),
+            updated_permissions=updated,
+            updated_input=edited,
         )
     return permission_request_output("deny", text)
 

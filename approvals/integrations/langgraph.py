@@ -16,7 +16,9 @@ Driving the graph:
                                                        timeout=600), thread)
 
 The answer is plain JSON (it is checkpointed): `approved`, `status`,
-`reason`, `input`, `selection`, `for_session`, `decided_by`, `id`.
+`reason`, `input`, `selection`, `for_session`, `decided_by`, `id`, and
+`arguments` — what to run: a reviewer's edit (also in `edited_arguments`,
+with `edited_by`) when they approved with edits, else the arguments asked about.
 Needs the `langgraph` extra.
 """
 
@@ -107,6 +109,9 @@ def answer_for(approval: Approval | None) -> dict[str, Any]:
             "for_session": False,
             "decided_by": None,
             "id": None,
+            "arguments": None,
+            "edited_arguments": None,
+            "edited_by": None,
         }
     return {
         "approved": approval.approved,
@@ -117,6 +122,14 @@ def answer_for(approval: Approval | None) -> dict[str, Any]:
         "for_session": approval.for_session,
         "decided_by": approval.decided_by,
         "id": approval.id,
+        # What to run: the reviewer's edit when they approved with edits, else as asked.
+        "arguments": (
+            approval.edited_arguments
+            if approval.edited_arguments is not None
+            else approval.arguments
+        ),
+        "edited_arguments": approval.edited_arguments,
+        "edited_by": approval.edited_by,
     }
 
 

@@ -31,6 +31,7 @@ from approvals.models import (
     ApprovalRequest,
     Decision,
     GrantScope,
+    Proposal,
     SlackMessage,
     Status,
     Vote,
@@ -40,7 +41,7 @@ from approvals.store.keys import Keys
 
 log = logging.getLogger(__name__)
 
-SCRIPT_NAMES = ("create", "resolve", "set_fields", "vote", "escalate")
+SCRIPT_NAMES = ("create", "resolve", "set_fields", "vote", "escalate", "propose")
 OUTBOX_MAXLEN = 100_000
 
 _STATUS_FOR_OUTCOME: dict[str, Status] = {
@@ -82,9 +83,10 @@ class VoteResult:
     """`status`: `decided` (this vote decided), `recorded` (quorum not yet reached),
     `duplicate` (this voter had voted) or `closed` (already decided by someone else);
     `moved` (nothing recorded) only from `ApprovalStore.vote` with `expected_escalations`
-    when the request was escalated since."""
+    when the request was escalated since; `stale` (nothing recorded) when the arguments were
+    edited since the voter looked (`approvals/edits.py`)."""
 
-    status: Literal["decided", "recorded", "duplicate", "closed", "moved"]
+    status: Literal["decided", "recorded", "duplicate", "closed", "moved", "stale"]
     request: ApprovalRequest
     approvals: int = 0
 
@@ -100,9 +102,15 @@ class AuditEntry:
     at: datetime
     reason: str
     route: str
+    #: An edit, or an approval of edited arguments: the arguments (JSON).
+    edited_arguments: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.edited_arguments:
+            extra["edited_arguments"] = json.loads(self.edited_arguments)
         return {
+            **extra,
             "entry_id": self.entry_id,
             "id": self.request_id,
             "event": self.event,
@@ -316,6 +324,8 @@ class ApprovalStore:
             update["reviewers"] = tuple(json.loads(row["reviewers"]))
         if row.get("escalations"):
             update["escalations"] = int(row["escalations"])
+        if row.get("proposal"):
+            update["proposal"] = Proposal.model_validate_json(row["proposal"])
         votes = [Vote.model_validate_json(v) for k, v in row.items() if k.startswith("vote:")]
         if votes:
             update["votes"] = tuple(sorted(votes, key=lambda v: v.at))
@@ -418,11 +428,14 @@ class ApprovalStore:
         for_session: bool = False,
         scope: GrantScope | None = None,
         expected_escalations: int | None = None,
+        proposal: Proposal | None = None,
     ) -> VoteResult:
         """Count one reviewer's vote; any deny denies, `quorum` approvals approve.
         Each reviewer counts once (a second vote is `duplicate` and changes nothing).
         With `expected_escalations` (the count the voter was checked against), a request
-        escalated since is left alone: `moved`."""
+        escalated since is left alone: `moved`. The vote is for `proposal` (the edit the
+        voter saw; None: the agent's own arguments): if that is no longer what is proposed,
+        nothing is recorded: `stale`."""
         now = self.now()
         vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
         if outcome == "approve":
@@ -434,6 +447,10 @@ class ApprovalStore:
                 for_session=for_session,
                 scope=scope,
             )
+            if proposal is not None:
+                decision = decision.model_copy(
+                    update={"edited_arguments": proposal.arguments, "edited_by": proposal.by}
+                )
         else:
             decision = Decision.deny(reason, by=user, via=via)
         result = await self._scripts["vote"](
@@ -451,21 +468,73 @@ class ApprovalStore:
                 reason or "",
                 OUTBOX_MAXLEN,
                 "" if expected_escalations is None else str(expected_escalations),
+                proposal.version if proposal else "",
+                _arguments_json(proposal.arguments) if proposal else "",
             ],
         )
+        return await self._vote_result(request_id, result)
+
+    async def _vote_result(self, request_id: str, result: list[Any]) -> VoteResult:
         code = int(result[0])
         if code == -1:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = await self.get(request_id)
-        kinds: dict[int, Literal["decided", "recorded", "duplicate", "closed", "moved"]] = {
+        kinds: dict[
+            int, Literal["decided", "recorded", "duplicate", "closed", "moved", "stale"]
+        ] = {
             1: "decided",
             0: "closed",
             2: "duplicate",
             3: "recorded",
             4: "moved",
+            5: "stale",
         }
         approvals = sum(1 for v in request.votes if v.outcome == "approve")
         return VoteResult(kinds[code], request, approvals)
+
+    @_guard
+    async def propose(
+        self,
+        request_id: str,
+        proposal: Proposal,
+        *,
+        via: str = "slack",
+        seen_version: str = "",
+        expected_escalations: int | None = None,
+    ) -> VoteResult:
+        """Record a reviewer's edit: earlier votes are dropped and the edit counts as its
+        author's approval of it (on a quorum of 1 that decides: approved with
+        `edited_arguments`). `seen_version` is the version the editor looked at: if the
+        arguments were edited since, nothing is recorded (`stale`)."""
+        now = self.now()
+        vote = Vote(user=proposal.by, outcome="approve", at=now, reason=proposal.note)
+        decision = Decision.approve(by=proposal.by, via=via).model_copy(
+            update={
+                "edited_arguments": proposal.arguments,
+                "edited_by": proposal.by,
+                "reason": proposal.note,
+            }
+        )
+        result = await self._scripts["propose"](
+            keys=self._decision_keys(request_id),
+            args=[
+                request_id,
+                proposal.by,
+                proposal.model_dump_json(),
+                proposal.version,
+                vote.model_dump_json(),
+                decision.model_dump_json(),
+                ts(now),
+                self.keys.retention_seconds,
+                self.keys.decided_channel,
+                via,
+                OUTBOX_MAXLEN,
+                "" if expected_escalations is None else str(expected_escalations),
+                seen_version,
+                _arguments_json(proposal.arguments),
+            ],
+        )
+        return await self._vote_result(request_id, result)
 
     @_guard
     async def escalate(
@@ -546,6 +615,7 @@ class ApprovalStore:
                 at=from_ts(f["at"]) if f.get("at") else self.now(),
                 reason=f.get("reason", ""),
                 route=f.get("route", ""),
+                edited_arguments=f.get("edited_arguments", ""),
             )
             for entry_id, f in rows
         ]
@@ -556,3 +626,7 @@ class ApprovalStore:
     @_guard
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
+
+
+def _arguments_json(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str)
