@@ -63,8 +63,8 @@ def version_of(request: ApprovalRequest, arguments: dict[str, Any]) -> str:
 
 def check_edit(request: ApprovalRequest, arguments: Any) -> dict[str, Any]:
     """`arguments` as an edit of `request`, or `InvalidRequest` saying what is wrong (its
-    `details` is "arguments"): not offered, not a JSON object, too large, or failing the
-    agent's `arguments_schema`."""
+    `details` is "arguments"): not offered, not a JSON object, too large, failing the
+    agent's `arguments_schema`, or no change."""
     if not edits_offered(request):
         raise InvalidRequest("editing is not offered for this request", details="arguments")
     if not isinstance(arguments, dict):
@@ -94,4 +94,8 @@ def check_edit(request: ApprovalRequest, arguments: Any) -> dict[str, Any]:
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
             raise InvalidRequest(f"{where}: {error.message}"[:500], details="arguments")
+    if arguments == current_arguments(request):
+        raise InvalidRequest(
+            "nothing was changed; use Approve to approve the call as it is", details="arguments"
+        )
     return arguments

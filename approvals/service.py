@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvals.callbacks import Callback
-from approvals.edits import check_edit, current_arguments, current_version, version_of
+from approvals.edits import check_edit, current_version, version_of
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.grants import Grant, ScopeOption, call_hash, offered
 from approvals.models import (
@@ -338,11 +338,6 @@ class ApprovalService:
         if refusal is not None:
             raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
         edited = check_edit(request, arguments)
-        if edited == current_arguments(request):
-            raise InvalidRequest(
-                "nothing was changed; use Approve to approve the call as it is",
-                details="arguments",
-            )
         proposal = Proposal(
             arguments=edited,
             by=actor.id,
