@@ -112,9 +112,10 @@ class ApprovalClient:
         metadata: dict[str, Any] | None = None,
         kind: EventKind = "tool",
         callback: Callback | dict[str, Any] | None = None,
+        arguments_schema: dict[str, Any] | None = None,
     ) -> Approval:
         """Ask for approval of one tool call (idempotent on `call_id`); `callback`: see
-        `submit`."""
+        `submit`; `arguments_schema`: a JSON Schema a reviewer's edit must pass."""
         try:
             event = ApprovalEvent(
                 kind=kind,
@@ -123,6 +124,7 @@ class ApprovalClient:
                 call_id=call_id,
                 session_id=session_id,
                 agent=agent,
+                arguments_schema=arguments_schema,
             )
         except ValidationError as e:
             raise InvalidRequest(f"invalid approval request: {e}", details=e.errors()) from e

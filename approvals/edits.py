@@ -36,6 +36,8 @@ def edits_offered(request: ApprovalRequest) -> bool:
         and request.config.allow_edits
         and request.event.kind in EDITABLE_KINDS
         and (request.event.agent or "") not in NO_EDIT_AGENTS
+        # The Agents SDK adapter shows the SDK agent's name as `agent`; it marks its source.
+        and str(request.metadata.get("source", "")) not in NO_EDIT_AGENTS
     )
 
 
@@ -92,10 +94,29 @@ def check_edit(request: ApprovalRequest, arguments: Any) -> dict[str, Any]:
                 details="arguments",
             ) from e
         if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
-            raise InvalidRequest(f"{where}: {error.message}"[:500], details="arguments")
+            raise InvalidRequest(schema_problem(error), details="arguments")
     if arguments == current_arguments(request):
         raise InvalidRequest(
             "nothing was changed; use Approve to approve the call as it is", details="arguments"
         )
     return arguments
+
+
+def schema_problem(error: jsonschema.ValidationError) -> str:
+    """What a failed schema check says: where, and which rule of the schema it broke — never
+    the value itself (a restored masked value must not be echoed back to Slack)."""
+    where = "/".join(str(p) for p in error.absolute_path) or "the arguments"
+    rule = error.validator_value
+    if error.validator == "type":
+        text = f"must be of type {json.dumps(rule)}"
+    elif error.validator in ("enum", "const"):
+        text = f"must be {'one of ' if error.validator == 'enum' else ''}{json.dumps(rule)}"
+    elif error.validator == "required":
+        missing = [name for name in rule if isinstance(error.instance, dict)]
+        missing = [name for name in missing if name not in error.instance]
+        text = f"is missing required {', '.join(json.dumps(m) for m in missing)}"
+    elif error.validator == "additionalProperties" and rule is False:
+        text = "has properties the schema does not allow (additionalProperties)"
+    else:
+        text = f"does not satisfy the schema's {error.validator!r}: {json.dumps(rule, default=str)}"
+    return f"{where}: {text}"[:500]

@@ -356,6 +356,7 @@ def request_body(
         "path": event.path,
         "cwd": event.cwd,
         "permissions": event.permissions,
+        "arguments_schema": event.arguments_schema,
         "callback": callback.model_dump(mode="json") if callback else None,
     }
     if config.allow_for_session:

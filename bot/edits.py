@@ -124,6 +124,13 @@ def _restore(submitted: Any, shown: Any, original: Any) -> Any:
     return submitted
 
 
+def problem_text(request: ApprovalRequest, message: str, edited: Any = None) -> str:
+    """An edit's problem as shown in the modal: masked with every value known to be secret
+    in the request's arguments and in the edit."""
+    hide = _hide(request, request.event.arguments, current_arguments(request), edited)
+    return mask_text(message, hide=hide)
+
+
 # ---------------------------------------------------------------- the diff
 
 
@@ -134,8 +141,8 @@ def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
     elif isinstance(value, list) and value:
         for i, v in enumerate(value):
             _flat(v, f"{path}[{i}]", out)
-    else:
-        out[path or "(arguments)"] = value
+    elif path:  # the empty top-level object has no leaf to show
+        out[path] = value
 
 
 def _short(value: Any) -> str:

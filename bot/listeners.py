@@ -221,6 +221,7 @@ class Listeners:
         meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
         text = self._view_value(body, ids.EDIT_BLOCK, ids.EDIT_ACTION)
         note = self._view_value(body, ids.NOTE_BLOCK, ids.NOTE_ACTION).strip()
+        arguments: Any = None
         try:
             request = await self.ctx.store.get(meta.request_id)
             arguments = edits.read_edit(request, text)
@@ -232,7 +233,8 @@ class Listeners:
             await ack(**modals.modal_errors(ids.EDIT_BLOCK, str(e)))
             return
         except InvalidRequest as e:
-            await ack(**modals.modal_errors(ids.EDIT_BLOCK, e.message))
+            problem = edits.problem_text(request, e.message, arguments)
+            await ack(**modals.modal_errors(ids.EDIT_BLOCK, problem))
             return
         except _STORE_ERRORS:
             await ack(**modals.modal_errors(ids.EDIT_BLOCK, UNRECORDED))

@@ -55,6 +55,8 @@ class CreateApproval(BaseModel):
     path: str | None = Field(default=None, max_length=4096)
     cwd: str | None = Field(default=None, max_length=4096)
     permissions: dict[str, Any] | None = None
+    #: A JSON Schema the arguments satisfy: a reviewer's edit is checked against it.
+    arguments_schema: dict[str, Any] | None = None
     #: A signed webhook to this URL once decided (the policy's callbacks.allowed_hosts).
     callback: Callback | None = None
 
@@ -85,6 +87,7 @@ class CreateApproval(BaseModel):
             command=self.command,
             path=self.path,
             permissions=self.permissions,
+            arguments_schema=self.arguments_schema,
         )
 
 

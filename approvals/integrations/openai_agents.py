@@ -58,6 +58,8 @@ def rejection_message(approval: Approval | None) -> str:
         return f"denied: {approval.reason or TIMEOUT_REASON}"
     if approval.status == "error":
         return f"approval error: {approval.reason or 'the review failed'}"
+    if approval.approved and approval.edited_arguments is not None:
+        return "denied: the reviewer approved edited arguments, which this agent cannot run"
     return f"denied: {approval.reason or approval.status}"
 
 
@@ -131,7 +133,9 @@ async def resolve_interruptions(
         )
     )
     for item, approval in zip(items, outcomes, strict=True):
-        if approval is not None and approval.approved:
+        # The SDK's approve runs the call as the model made it: an approval of edited
+        # arguments (never offered for these requests) does not approve that call.
+        if approval is not None and approval.approved and approval.edited_arguments is None:
             state.approve(item, always_approve=approval.for_session)
         else:
             state.reject(item, rejection_message=rejection_message(approval))

@@ -100,6 +100,8 @@ class GatingProxy:
         self.gone: str | None = None
         self.lost = anyio.Event()
         self._downstream: ServerSession | None = None
+        #: Each upstream tool's `inputSchema` as last listed: a reviewer's edit must pass it.
+        self._schemas: dict[str, dict[str, Any]] = {}
         self.server = self._build_server()
 
     # -- the server ----------------------------------------------------------------------
@@ -160,6 +162,9 @@ class GatingProxy:
     ) -> types.ListToolsResult:
         self._seen(ctx)
         listed = await self._up(self.upstream.list_tools(cursor=params.cursor if params else None))
+        for tool in listed.tools:
+            if isinstance(tool.input_schema, dict):
+                self._schemas[tool.name] = dict(tool.input_schema)
         if not self.options.mark_gated:
             return listed
         tools = [self._marked(tool) for tool in listed.tools]
@@ -204,6 +209,7 @@ class GatingProxy:
                 tool_name=full_name,
                 arguments=arguments,
                 agent=self.options.agent or f"mcp-proxy:{self.options.name}",
+                arguments_schema=self._schemas.get(params.name),
             )
             approval = await self.approvals.submit(
                 event,

@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision, Vote
-from bot import blocks, modals
+from approvals.models import (
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    Decision,
+    Proposal,
+    Vote,
+)
+from bot import blocks, ids, modals
+from bot import edits as bot_edits
 from bot.masking import mask_text, outbound
 from tests.support.secret_corpus import FAKES, Fake, leaked_piece
 
@@ -70,6 +78,14 @@ def requests_for(fake: Fake) -> Iterator[ApprovalRequest]:
             ("cancelled", Decision.deny(text, by=short or "agent")),
         ):
             yield pending.model_copy(update={"status": status, "decision": decision})
+        # Approve with edits: a proposal on the pending request, an approval of the edit.
+        edited = {"plain": "changed", "added": value, "deep": {"x": [{"y": text}]}, "n": 2}
+        proposal = Proposal(arguments=edited, by="U3", note=text, version="v1")
+        yield pending.model_copy(update={"proposal": proposal, "votes": ()})
+        approved = Decision.approve(by="U2").model_copy(
+            update={"edited_arguments": edited, "edited_by": "U3"}
+        )
+        yield pending.model_copy(update={"status": "approved", "decision": approved})
 
 
 def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
@@ -85,6 +101,14 @@ def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     yield "escalated_note", blocks.escalated_note(req, "C0OPS")
     yield "deny_modal", {"view": modals.deny_modal(req, channel="C1", ts="1.2")}
     yield "input_modal", {"view": modals.input_modal(req, channel="C1", ts="1.2")}
+    text = bot_edits.edit_text(req)
+    if text is not None:
+        yield "edit_modal", {"view": modals.edit_modal(req, text, channel="C1", ts="1.2")}
+    # A problem with an edit, masked as the listener masks it (even one naming a value).
+    refused = str(req.event.arguments.get("plain"))
+    problem = bot_edits.problem_text(req, f"plain: {refused} is not valid")
+    yield "edit_errors", modals.modal_errors(ids.EDIT_BLOCK, problem)
+    yield "ephemeral edited_since", {"text": modals.refusal_text("edited_since", req)}
     options = ", ".join(req.config.options or ())
     yield "ephemeral choose", {"text": f"That did not work: choose one of: {options}"}
     summary = blocks.request_message(req)["text"]

@@ -127,9 +127,10 @@ async def test_invalid_edits_show_errors_in_the_modal_and_decide_nothing(
         '{"env": "prod",': "Not valid JSON",
         '["prod"]': "not an array",
         '"prod"': "not a single value",
-        '{"env": "qa"}': "env: 'qa' is not one of",
-        '{"env": "prod", "replicas": "3"}': "replicas: '3' is not of type 'integer'",
-        '{"env": "prod", "extra": 1}': "Additional properties",
+        '{"env": "qa"}': 'env: must be one of ["prod", "staging"]',
+        '{"env": "prod", "replicas": "3"}': 'replicas: must be of type "integer"',
+        '{"env": "prod", "extra": 1}': "properties the schema does not allow",
+        '{"replicas": 1}': 'missing required "env"',
         '{"env": "prod", "replicas": 3}': "nothing was changed",
     }
     for text, expected in cases.items():

@@ -17,10 +17,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from approvals.errors import InvalidRequest
 from approvals.policy_file import build_policy
 from approvals.store.keys import Keys
 from bot.context import BotContext
-from tests.support import decide_next
+from tests.support import REVIEWER, decide_next
 from tests.support.e2e import BotFactory
 from tests.support.mcp import (
     REPO,
@@ -97,6 +98,18 @@ async def test_a_gated_session(
         assert text(result) == "Not called: Denied by <@U0REVIEWER>: not that one"
         assert len(calls(upstream_log)) == 1
 
+        # approved with edits → the upstream gets exactly the edit, checked against the
+        # upstream tool's inputSchema first
+        await client.list_tools()
+        call = asyncio.create_task(client.call_tool("delete_file", {"path": "/tmp/b"}))
+        request = await pending_for(ctx.store, "mcp__files__delete_file")
+        assert request.event.arguments_schema is not None
+        with pytest.raises(InvalidRequest, match="path"):
+            await ctx.service.edit(request.id, REVIEWER, {"path": 5})
+        await ctx.service.edit(request.id, REVIEWER, {"path": "/tmp/c"})
+        assert text(await call) == "deleted /tmp/c"
+        assert calls(upstream_log)[-1] == {"tool": "delete_file", "arguments": {"path": "/tmp/c"}}
+
         # resources and prompts as they are
         read = await client.read_resource("file://readme")
         assert read.contents[0].text == "hello from upstream"  # type: ignore[union-attr]
@@ -142,6 +155,7 @@ async def test_a_gated_session(
             await call
         await eventually(lambda: calls(upstream_log)[-1]["tool"] == "slow_copy cancelled")
     assert [c["tool"] for c in calls(upstream_log)] == [
+        "delete_file",
         "delete_file",
         "slow_copy",
         "announce",

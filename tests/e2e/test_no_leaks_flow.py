@@ -68,6 +68,18 @@ async def submit(bot: Bot, group: list[Fake], config: ApprovalConfig, n: int) ->
     return await bot.ctx.service.submit(event, config)
 
 
+def fitting(group: list[Fake], limit: int = 2000) -> list[Fake]:
+    """The fakes of `group` whose arguments fit the Edit… modal's JSON input together."""
+    out: list[Fake] = []
+    size = 0
+    for fake in group:
+        grows = len(json.dumps({"deep": [fake.as_value]}, indent=2, ensure_ascii=False)) + 20
+        if size + grows <= limit:
+            out.append(fake)
+            size += grows
+    return out or group[:1]
+
+
 async def latest_view(slack: SlackEmulator, count: int) -> dict[str, Any]:
     """The view of the `count`th `views.open` call, once it has come."""
     opened = (await slack.wait_for("views.open", count))[count - 1]
@@ -90,6 +102,7 @@ async def test_no_piece_of_any_fake_reaches_slack(
     bot = await make_bot(parse_policy(copy.deepcopy(POLICY), source="test"))
     alice: Reviewer = reviewer("U0ALICE")
     outsider: Reviewer = reviewer("U0MALLORY")
+    sent_back: list[str] = []  # the bot's answers to modal submissions
     for n, group in enumerate(chunks()):
         text = "\n".join(f.text for f in group)
         options = tuple(dict.fromkeys(short(group, 75)))[:100] or ("a", "b")
@@ -106,7 +119,7 @@ async def test_no_piece_of_any_fake_reaches_slack(
         _, message = posted_message(slack, plain.id)
         assert await outsider.click(bot, message, CHANNEL, ids.APPROVE) == 200
         assert await alice.click(bot, message, CHANNEL, ids.DENY) == 200
-        view = await latest_view(slack, 2 * n + 1)
+        view = await latest_view(slack, 3 * n + 1)
         await alice.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: text}})
         # a plain Approve on a choice: "choose one of: <options>"
         _, message = posted_message(slack, choice.id)
@@ -114,22 +127,47 @@ async def test_no_piece_of_any_fake_reaches_slack(
         # the Respond modal, every secret as the answer; then a late click on the decided one
         _, message = posted_message(slack, question.id)
         assert await alice.click(bot, message, CHANNEL, ids.RESPOND) == 200
-        view = await latest_view(slack, 2 * n + 2)
+        view = await latest_view(slack, 3 * n + 2)
         await alice.submit(bot, view, {ids.INPUT_BLOCK: {ids.INPUT_ACTION: text}})
         assert bot.ctx is not None
         await bot.ctx.waiter.wait(question.id, timeout=5)
         assert await alice.click(bot, message, CHANNEL, ids.RESPOND) == 200
+        # Edit…: the arguments in the modal; an edit refused (a mask changed in part), then
+        # one adding every secret as a new argument: the diff on the message shows it
+        edited = await submit(bot, fitting(group), ApprovalConfig(), n)
+        await slack.wait_until(
+            lambda r=edited: any(r.id in json.dumps(m) for m in slack.messages.values()),
+            10,
+            f"the post of {edited.id}",
+        )
+        _, message = posted_message(slack, edited.id)
+        assert await alice.click(bot, message, CHANNEL, ids.EDIT) == 200
+        view = await latest_view(slack, 3 * n + 3)
+        (field,) = [b for b in view["blocks"] if b.get("block_id") == ids.EDIT_BLOCK]
+        shown = json.loads(field["element"]["initial_value"])
+        broken = {k: json.dumps(v, ensure_ascii=False) + "x" for k, v in shown.items()}
+        values = {ids.EDIT_ACTION: json.dumps(broken, ensure_ascii=False)}
+        await alice.submit(bot, view, {ids.EDIT_BLOCK: values})
+        assert "response_action" in alice.last_body
+        sent_back.append(alice.last_body)
+        shown["added"] = text
+        values = {ids.EDIT_ACTION: json.dumps(shown, ensure_ascii=False)}
+        await alice.submit(
+            bot, view, {ids.EDIT_BLOCK: values, ids.NOTE_BLOCK: {"approval_note": text}}
+        )
+        decided = await bot.ctx.waiter.wait(edited.id, timeout=5)
+        assert decided.decision is not None and decided.decision.edited_arguments is not None
     await slack.wait_until(
         lambda: len(slack.calls_to("chat.postEphemeral")) >= 3 * len(chunks()), 10, "ephemerals"
     )
     await slack.wait_until(
-        lambda: len(slack.calls_to("chat.update")) >= 2 * len(chunks()), 10, "updates"
+        lambda: len(slack.calls_to("chat.update")) >= 3 * len(chunks()), 10, "updates"
     )
     methods = {c.method for c in slack.calls}
     assert {"chat.postMessage", "chat.update", "chat.postEphemeral", "views.open"} <= methods
     assert len(slack.calls_to("conversations.open")) >= 2, "reviewers were DMed"
     sent = [json.dumps(c.body, ensure_ascii=False) for c in slack.calls]
-    sent += [alice.last_body, outsider.last_body]
+    sent += [alice.last_body, outsider.last_body, *sent_back]
     shown = normalise("\n".join(sent))[0]
     # Every PIECE-character window of every secret, looked up once per window of what was sent.
     pieces: dict[str, str] = {}
