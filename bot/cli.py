@@ -14,46 +14,26 @@ denied), 2 usage, configuration or connection problem (and timeouts).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from approvals.client import ApprovalClient
-from approvals.errors import (
-    AlreadyDecided,
-    ApprovalError,
-    InvalidRequest,
-    NotAllowed,
-    NotFound,
-    StoreUnavailable,
-)
-from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
-from approvals.policy_file import PolicyError, build_policy
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.transports import RedisTransport, TransportFactory, choose_transport
-from bot import embedded_redis, grant_commands, redis_location, webhook_commands
-from bot.commands import (
-    CliError,
-    cmd_audit,
-    cmd_decide,
-    cmd_pending,
-    cmd_request,
-    cmd_show,
-    policy_for,
-    process_started,
-)
+# Imports stay light here: `--help`, `--version` and a parse error need none of the
+# rest, and every hook call pays for what loads before it can answer. Commands import
+# what they use.
+from bot import grant_commands, webhook_commands
 from bot.durations import duration, positive_duration
-from bot.settings import Settings, SettingsError, load_settings
 from bot.setup import add_arguments as add_setup_arguments
-from bot.setup import run_setup
-from bot.setup_check import run_check
+
+if TYPE_CHECKING:
+    from approvals.client import ApprovalClient
+    from approvals.store.store import ApprovalStore
+    from bot import redis_location
+    from bot.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +44,22 @@ _REDIS_NEEDED = (
 
 
 # -- arguments -------------------------------------------------------------------------------
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version (looked up only when asked)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("approval-bot")
+        except PackageNotFoundError:
+            found = "unknown (not installed)"
+        parser.exit(message=f"approval-bot {found}\n")
 
 
 def since(text: str) -> datetime:
@@ -79,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="approval-bot", description="Slack approvals for AI agents."
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("serve", help="run the bot: Slack, HTTP API, dispatcher, sweeper")
 
@@ -184,10 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
         h = hooks.add_parser(name, help=f"{agent} PreToolUse / PermissionRequest command hook")
         h.add_argument(
             "--timeout",
-            default=DEFAULT_HOOK_TIMEOUT,
             help=(
                 "the hook's timeout in the agent's settings, seconds (answers before it; "
-                f"default {DEFAULT_HOOK_TIMEOUT:g}, clamped into range, never refused)"
+                "default: the one `approval-bot setup` writes; clamped into range, never "
+                "refused)"
             ),
         )
         h.add_argument("--on-timeout", choices=("deny", "ask", "defer"), default="deny")
@@ -213,11 +210,15 @@ def configure_logging(level: str, fmt: str = "text") -> None:
 def locate_redis(settings: Settings) -> redis_location.Located:
     """REDIS_URL; else localhost:6379 if it answers; else the embedded server that
     `approval-bot serve` runs with its data in APPROVALS_DATA_DIR (from any directory)."""
+    from bot import redis_location
+
     return redis_location.for_cli(settings.redis_url, settings.approvals_data_dir)
 
 
 def redis_url(settings: Settings) -> str:
     """The Redis URL to use; a `CliError` saying what was tried when none answers."""
+    from bot.commands import CliError
+
     located = locate_redis(settings)
     if located.source == "nothing":
         raise CliError(f"{located.cannot_reach()}. {_REDIS_NEEDED}")
@@ -225,6 +226,11 @@ def redis_url(settings: Settings) -> str:
 
 
 async def open_store(settings: Settings) -> ApprovalStore:
+    from approvals.store.connection import connect
+    from approvals.store.keys import Keys
+    from approvals.store.store import ApprovalStore
+    from bot.commands import CliError
+
     located = locate_redis(settings)
     if located.source == "nothing":
         raise CliError(f"{located.cannot_reach()}. {_REDIS_NEEDED}")
@@ -239,6 +245,12 @@ async def open_store(settings: Settings) -> ApprovalStore:
 
 def open_client(settings: Settings) -> ApprovalClient:
     """The bot's HTTP API when APPROVALS_URL is set, else its Redis (`choose_transport`)."""
+    from approvals.client import ApprovalClient
+    from approvals.errors import InvalidRequest
+    from approvals.store.connection import connect
+    from approvals.store.keys import Keys
+    from approvals.transports import RedisTransport, TransportFactory, choose_transport
+    from bot.commands import CliError, policy_for
 
     def redis_setup() -> TransportFactory:
         policy = policy_for(settings)
@@ -260,6 +272,8 @@ def open_client(settings: Settings) -> ApprovalClient:
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from bot.commands import cmd_audit, cmd_decide, cmd_pending, cmd_request, cmd_show
+
     if args.command == "request":
         async with open_client(settings) as client:
             return await cmd_request(args, client, out)
@@ -281,6 +295,8 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
 
 def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
     """`policy check FILE`: exit 0 and a summary when valid, 1 and every problem when not."""
+    from approvals.policy_file import PolicyError, build_policy
+
     try:
         policy = build_policy(
             path, settings.approvals_default_channel, tuple(settings.approvals_reviewers)
@@ -302,6 +318,10 @@ def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
 
 
 def serve(settings: Settings) -> int:
+    import asyncio
+
+    from approvals.policy_file import PolicyError
+    from bot import embedded_redis
     from bot.app import StartError
     from bot.app import serve as serve_bot
 
@@ -331,6 +351,8 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     measures it; called with `argv` from a longer-lived process (a test, an
     embedding program) it is this call."""
     if started is None:
+        from bot.spawn import process_started
+
         started = process_started() if argv is None else time.monotonic()
     given = list(sys.argv[1:] if argv is None else argv)
     if given[:1] == ["hook"] and not {"-h", "--help"} & set(given):
@@ -340,6 +362,8 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
         return hook_command.main(given, started=started, open_client=open_client)
     args = build_parser().parse_args(argv)
     args.started = started
+    from bot.settings import SettingsError, load_settings
+
     try:
         settings = load_settings()
     except SettingsError as e:
@@ -353,8 +377,12 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     if args.command == "policy":
         return check_policy(args.file, settings, sys.stdout)
     if args.command == "setup" and args.check:
+        from bot.setup_check import run_check
+
         return run_check(args, sys.stdout, codex_home=settings.codex_home_or_default)
     if args.command == "setup":
+        from bot.setup import run_setup
+
         return run_setup(
             args,
             sys.stdout,
@@ -366,6 +394,22 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
 
         configure_logging("WARNING", settings.log_format)
         return run_mcp(args, settings, open_client)
+    return run_command(args, settings)
+
+
+def run_command(args: argparse.Namespace, settings: Settings) -> int:
+    """The commands on the bot's Redis or through the client: errors as one line."""
+    import asyncio
+
+    from approvals.errors import (
+        AlreadyDecided,
+        ApprovalError,
+        NotAllowed,
+        NotFound,
+        StoreUnavailable,
+    )
+    from bot.commands import CliError
+
     configure_logging("WARNING", settings.log_format)
     try:
         return asyncio.run(run(args, settings, sys.stdout))

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
-import time
 from datetime import datetime
 from typing import TextIO
 
@@ -25,26 +23,6 @@ from approvals.policy_file import build_policy
 from approvals.service import Actor, ApprovalService
 from approvals.store.store import ApprovalStore
 from bot.settings import Settings
-
-
-def process_age() -> float:
-    """Seconds since this process was spawned (Linux /proc; 0 where unavailable)."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def process_started() -> float:
-    """When this process was spawned, on the monotonic clock. A command hook run as its own
-    process (what the agent spawns) counts its timeout from here, so interpreter start-up and
-    imports count against it; `bot.cli.main` called inside a longer-lived process counts from
-    the call instead."""
-    return time.monotonic() - process_age()
 
 
 class CliError(Exception):

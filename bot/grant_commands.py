@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from approvals.store.grants import GrantStore
-from approvals.store.store import ApprovalStore
-from bot.commands import ago, clip, table
+if TYPE_CHECKING:  # imported when run: building the CLI's parser stays cheap
+    from approvals.store.store import ApprovalStore
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 async def cmd_grants(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
+    from approvals.store.grants import GrantStore
+    from bot.commands import ago, clip, table
+
     grants = GrantStore(store.redis, store.keys)
     if getattr(args, "grants_command", None) == "revoke":
         by = f"cli:{args.as_name or getpass.getuser()}"

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from approvals.store.store import ApprovalStore
-from approvals.store.webhooks import DEFAULT_PRINCIPAL, Deliveries, WebhookSecrets
-from bot.commands import ago, clip, table
+if TYPE_CHECKING:  # imported when run: building the CLI's parser stays cheap
+    from approvals.store.store import ApprovalStore
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,13 +24,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     a = actions.add_parser("retry", help="deliver again now (same webhook-id, fresh 24 h)")
     a.add_argument("id", help="the delivery id (msg_…) or the request id")
     a = actions.add_parser("secret", help="show (or --rotate) a principal's signing secret")
-    a.add_argument("--principal", default=DEFAULT_PRINCIPAL)
+    a.add_argument("--principal", help="whose secret (default: the bare-token principal)")
     a.add_argument(
         "--rotate", action="store_true", help="new secret; the old one still signs for 24 h"
     )
 
 
 async def cmd_webhooks(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:
+    from approvals.store.webhooks import DEFAULT_PRINCIPAL, Deliveries, WebhookSecrets
+    from bot.commands import ago, clip, table
+
+    args.principal = getattr(args, "principal", None) or DEFAULT_PRINCIPAL
     deliveries = Deliveries(store.redis, store.keys, clock=store.clock)
     if args.webhooks_command == "secret":
         secrets = WebhookSecrets(store.redis, store.keys, clock=store.clock)

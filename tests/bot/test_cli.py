@@ -342,7 +342,7 @@ async def test_hook_called_in_a_long_running_process_counts_from_the_call(
 ) -> None:
     # This process has been running for ten minutes (pytest late in a run, or a program that
     # embeds the entry point): the hook's 30 s still count from the call, not from the spawn.
-    monkeypatch.setattr("bot.commands.process_age", lambda: 600.0)
+    monkeypatch.setattr("bot.spawn.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_old")))
     run = asyncio.create_task(cli("hook", "claude-code", "--timeout", "30"))
     await decide_next(ctx.service, "Bash")
@@ -359,7 +359,7 @@ async def test_hook_run_as_the_program_counts_from_the_process_spawn(
 ) -> None:
     # Spawned by the agent (argv from the command line): the agent's clock started at the
     # spawn, so a process that is already past the timeout answers at once.
-    monkeypatch.setattr("bot.commands.process_age", lambda: 600.0)
+    monkeypatch.setattr("bot.spawn.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_spawn")))
     monkeypatch.setattr("sys.argv", ["approval-bot", "hook", "claude-code", "--timeout", "20"])
     loop = asyncio.get_running_loop()

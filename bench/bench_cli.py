@@ -1,0 +1,173 @@
+"""Benchmark: the `approval-bot` command as an agent runs it — a whole process each time.
+
+    .venv/bin/python -m bench.bench_cli [--runs 10] [--redis-url URL]
+
+Two figures, each over `--runs` fresh processes (p50, min, max of the wall time
+from spawn to exit):
+
+- `approval-bot --help`: what every call pays before it does anything
+  (interpreter start-up and the imports the parser needs). Target ≤ 150 ms.
+- `approval-bot hook claude-code` answered by a policy rule over HTTP: a real
+  `approval-bot serve` (its own process, Slack off) with a policy whose rule
+  allows `Read`; the hook reads the Claude Code PreToolUse JSON on stdin, asks
+  the bot through `APPROVALS_URL`, prints the allow. Target ≤ 300 ms.
+
+Prints a table, then one JSON line. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import add_redis_arguments, machine, redis_server, summarize_ms, table, verdict
+
+HELP_TARGET_MS = 150.0
+HOOK_TARGET_MS = 300.0
+TOKEN = "bench-cli-token"
+POLICY = """\
+routes:
+  default: {channel: C0APPROVALS}
+rules:
+  - name: reads
+    action: allow
+    match: {tool: Read}
+"""
+HOOK_INPUT = {
+    "session_id": "bench",
+    "cwd": "/srv/app",
+    "hook_event_name": "PreToolUse",
+    "tool_name": "Read",
+    "tool_input": {"file_path": "/srv/app/README.md"},
+    "permission_mode": "default",
+}
+
+
+def command() -> list[str]:
+    """The installed console script next to this interpreter (what agents run)."""
+    script = Path(sys.executable).with_name("approval-bot")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bot.cli"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(extra)
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str], stdin: bytes = b"") -> tuple[float, bytes]:
+    started = time.perf_counter()
+    done = subprocess.run(argv, input=stdin, env=env, capture_output=True, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()}")
+    return elapsed, done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[bytes], within: float = 60) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("serve did not become healthy")
+
+
+def bench_help(runs: int) -> list[float]:
+    argv, env = [*command(), "--help"], clean_env()
+    timed(argv, env)  # warm the page cache and .pyc files
+    return [timed(argv, env)[0] for _ in range(runs)]
+
+
+def bench_hook(runs: int, redis_url: str) -> list[float]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+    policy = workdir / "policy.yaml"
+    policy.write_text(POLICY)
+    port = free_port()
+    serve_env = clean_env(
+        REDIS_URL=redis_url,
+        PORT=str(port),
+        APPROVALS_PREFIX=f"bench-cli-{port}",
+        APPROVALS_API_TOKENS=f"bench:{TOKEN}",
+        APPROVALS_POLICY_FILE=str(policy),
+        LOG_LEVEL="WARNING",
+    )
+    server = subprocess.Popen(
+        [*command(), "serve"], env=serve_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_healthy(port, server)
+        hook_env = clean_env(APPROVALS_URL=f"http://127.0.0.1:{port}", APPROVALS_TOKEN=TOKEN)
+        argv = [*command(), "hook", "claude-code", "--timeout", "30"]
+        payload = json.dumps(HOOK_INPUT).encode()
+        _, out = timed(argv, hook_env, payload)
+        decision = json.loads(out)["hookSpecificOutput"]["permissionDecision"]
+        if decision != "allow":
+            raise SystemExit(f"the rule did not answer: {out.decode()}")
+        return [timed(argv, hook_env, payload)[0] for _ in range(runs)]
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="processes per figure")
+    add_redis_arguments(parser)
+    args = parser.parse_args(argv)
+    help_times = bench_help(args.runs)
+    with redis_server(args.redis_url, embedded=args.embedded) as url:
+        hook_times = bench_hook(args.runs, url)
+    figures: dict[str, Any] = {
+        "help": summarize_ms(help_times),
+        "hook_rule_http": summarize_ms(hook_times),
+    }
+    rows = []
+    for name, label, target in (
+        ("help", "approval-bot --help", HELP_TARGET_MS),
+        ("hook_rule_http", "hook claude-code, rule answers, HTTP", HOOK_TARGET_MS),
+    ):
+        s = figures[name]
+        rows.append(
+            [
+                label,
+                s["p50_ms"],
+                s["min_ms"],
+                s["max_ms"],
+                f"≤ {target:g}",
+                verdict(s["p50_ms"] <= target),
+            ]
+        )
+    print(f"{args.runs} processes each; wall time from spawn to exit, ms")
+    print(table(["command", "p50", "min", "max", "target", ""], rows))
+    print(json.dumps({"bench": "cli", "runs": args.runs, **figures, "machine": machine()}))
+
+
+if __name__ == "__main__":
+    main()
