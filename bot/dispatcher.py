@@ -31,6 +31,7 @@ from typing import Any
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
 from approvals.slack_ids import is_user, is_user_group
+from approvals.store.connection import cancel_and_wait
 from approvals.store.outbox import Outbox, OutboxEntry
 from approvals.store.posting import Posting
 from bot import blocks, copies
@@ -108,18 +109,7 @@ class Dispatcher:
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [*self._tasks, *self._workers.values()]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            # A cancellation that lands inside a Redis read with a socket timeout can come out
-            # as a redis TimeoutError, which the loops treat as a failure and go on: cancel
-            # again until the task has really ended.
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.5)
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([*self._tasks, *self._workers.values()])
         self._tasks = []
         self._workers.clear()
         # Entries still unacked stay in this consumer's pending list; without a heartbeat,

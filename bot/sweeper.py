@@ -9,10 +9,10 @@ harmless; the Slack messages are updated through the outbox.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from approvals.service import ApprovalService, ExpiryResult
+from approvals.store.connection import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,7 @@ class Sweeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            # With a Redis socket timeout a cancellation can surface inside a sweep as a redis
-            # TimeoutError, which the loop logs and survives: cancel until it has ended.
-            while not self._task.done():
-                self._task.cancel()
-                await asyncio.wait({self._task}, timeout=0.5)
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def _run(self) -> None:

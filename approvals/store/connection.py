@@ -5,6 +5,10 @@ Internal to approval-bot (not a stable API); agents import from `approvals`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterable
+
 from redis.asyncio import BlockingConnectionPool, Redis
 
 #: Connections one client may open; callers past it wait (up to `pool_timeout`).
@@ -42,3 +46,21 @@ def connect(
         decode_responses=True,
     )
     return Redis.from_pool(pool)  # closing the client closes the pool
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
+    """Cancel `tasks` and wait until each has really ended.
+
+    With a socket timeout, a cancellation that lands inside a Redis read can come out of
+    redis-py as a `TimeoutError` (lost cancellations, Python 3.11), which a loop that survives
+    Redis errors treats as a failure and goes on: so cancel again until the task is done.
+    """
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.5)
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

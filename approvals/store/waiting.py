@@ -28,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from approvals.errors import ApprovalTimeout, NotFound, StoreUnavailable
 from approvals.models import ApprovalRequest
+from approvals.store.connection import cancel_and_wait
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 
@@ -88,11 +89,7 @@ class Waiter:
             await self._subscribed.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if self._pubsub is not None:
             with contextlib.suppress(Exception):

@@ -251,8 +251,10 @@ async def test_ungated_events_get_no_decision(
 async def test_a_store_outage_is_a_deny(
     ctx: BotContext, api_url: str, http: aiohttp.ClientSession
 ) -> None:
-    await ctx.store.redis.connection_pool.disconnect()
-    ctx.store.redis.connection_pool.connection_kwargs["port"] = 1  # nothing listens there
+    pool = ctx.store.redis.connection_pool
+    port = pool.connection_kwargs["port"]
+    await pool.disconnect()
+    pool.connection_kwargs["port"] = 1  # nothing listens there
     body = {
         "hook_event_name": "PermissionRequest",
         "tool_name": "Bash",
@@ -260,9 +262,13 @@ async def test_a_store_outage_is_a_deny(
         "session_id": "s",
     }
     headers = {"Authorization": "Bearer test-token"}
-    async with http.post(f"{api_url}/hooks/claude-code", json=body, headers=headers) as r:
-        assert r.status == 200
-        decision = (await r.json())["hookSpecificOutput"]["decision"]
+    try:
+        async with http.post(f"{api_url}/hooks/claude-code", json=body, headers=headers) as r:
+            assert r.status == 200
+            decision = (await r.json())["hookSpecificOutput"]["decision"]
+    finally:  # the waiter and the fixtures' teardown share this client: give Redis back
+        await pool.disconnect()
+        pool.connection_kwargs["port"] = port
     assert decision["behavior"] == "deny"
     assert "unavailable" in decision["message"] and "127.0.0.1" not in decision["message"]
 
