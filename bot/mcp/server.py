@@ -34,6 +34,7 @@ from mcp.server.lowlevel import Server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals.approval import Approval
+from approvals.callbacks import Callback
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalError
 from approvals.integrations.coding_agents import decision_text, event_from_claude
@@ -94,6 +95,8 @@ class RequestApprovalInput(BaseModel):
     prompt: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
     call_id: str | None = Field(default=None, min_length=1, max_length=200)
     route: str | None = Field(default=None, min_length=1, max_length=100)
+    #: A signed webhook once decided (`{url, events?, metadata?}`; the policy must allow the host).
+    callback: Callback | None = None
 
 
 class AskHumanInput(BaseModel):
@@ -265,6 +268,7 @@ class ApprovalsServer:
         config: ApprovalConfig,
         tool: str,
         route: str | None = None,
+        callback: Callback | None = None,
     ) -> Approval | None:
         """Submit, then wait with progress; None when no decision came in time."""
         client = self.client_for(ctx)
@@ -273,6 +277,7 @@ class ApprovalsServer:
             config,
             route=route or self.options.route,
             metadata={"via": "mcp", "mcp_tool": tool},
+            callback=callback,
         )
         log.info("mcp %s id=%s status=%s", tool, approval.id, approval.status)
 
@@ -316,7 +321,9 @@ class ApprovalsServer:
                 prompt=args.prompt,
             )
             event = self._event(args.action, args.arguments, args.call_id)
-            approval = await self._ask(ctx, event, config, REQUEST_APPROVAL, args.route)
+            approval = await self._ask(
+                ctx, event, config, REQUEST_APPROVAL, args.route, args.callback
+            )
         except Exception as e:
             log.warning("request_approval failed error=%r", e)
             return text_result(failure_payload(_message(e)), is_error=True)

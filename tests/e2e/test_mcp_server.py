@@ -291,3 +291,33 @@ async def test_permission_prompt_answers_a_reviewers_edit_as_updated_input(
         result = await ctx.service.edit(request.id, REVIEWER, edited)
         assert result.status == "decided"
         assert answer(await call) == {"behavior": "allow", "updatedInput": edited}
+
+
+async def test_request_approval_takes_a_callback_the_policy_allows(
+    redis_url: str, keys: Keys, tmp_path: Path, ctx: BotContext
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "callbacks:\n  allowed_hosts: ['hooks.example.com']\n"
+        "rules:\n  - name: reads\n    match: {tool: 'read_*'}\n    action: allow\n"
+    )
+    env = agent_env(redis_url, keys, APPROVALS_POLICY_FILE=str(policy))
+    hook = {"url": "https://hooks.example.com/approvals", "metadata": {"workflow": "wf-7"}}
+    async with Client(approval_bot("mcp", env=env), mode="legacy") as client:
+        async with asyncio.timeout(10):
+            allowed = answer(
+                await client.call_tool(
+                    "request_approval", {"action": "read_logs", "callback": hook}
+                )
+            )
+            refused = await client.call_tool(
+                "request_approval",
+                {"action": "read_logs", "callback": {"url": "https://evil.example.net/x"}},
+            )
+    stored = await ctx.store.get(allowed["id"])
+    assert stored.callback is not None and stored.callback.url == hook["url"]
+    assert stored.callback.metadata == {"workflow": "wf-7"}
+    # Queued with the decision: the webhook worker will deliver it.
+    assert await ctx.redis.xlen(keys.webhook_queue) == 1
+    assert refused.is_error and "evil.example.net" in json.loads(refused.content[0].text)["reason"]
