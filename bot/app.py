@@ -28,7 +28,7 @@ from slack_bolt.async_app import AsyncApp
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
-from approvals.store.connection import DEFAULT_SOCKET_TIMEOUT, connect
+from approvals.store.connection import DEFAULT_COMMAND_TIMEOUT, connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
@@ -42,6 +42,9 @@ from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
 
 log = logging.getLogger(__name__)
+
+#: Longest one part may take to stop (a frozen Redis must not hold up shutdown).
+STOP_STEP_SECONDS = 5.0
 
 
 @dataclass
@@ -65,8 +68,8 @@ class BotConfig:
     consumer: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     dispatcher: DispatcherOptions = field(default_factory=DispatcherOptions)
     sweep_interval: float = 1.0
-    #: Seconds a Redis command may take before it fails (the API answers 503, hooks deny).
-    redis_timeout: float = DEFAULT_SOCKET_TIMEOUT
+    #: Seconds a store operation may wait for Redis before it fails (API 503, hooks deny).
+    redis_timeout: float = DEFAULT_COMMAND_TIMEOUT
     webhooks: WebhookOptions = field(default_factory=WebhookOptions)
     #: Seconds a Slack Web API call may take before the client gives up on it.
     slack_timeout: float = 30.0
@@ -110,20 +113,12 @@ class Bot:
 
     async def start(self) -> None:
         cfg = self.config
-        redis = connect(
-            cfg.redis_url,
-            client_name=f"approval-bot:{cfg.consumer}",
-            socket_timeout=cfg.redis_timeout,
-        )
-        # The waiter's pub/sub connection blocks for as long as no decision comes: no timeout.
+        redis = connect(cfg.redis_url, client_name=f"approval-bot:{cfg.consumer}")
         waiter_redis = connect(
-            cfg.redis_url,
-            max_connections=2,
-            client_name=f"approval-bot-waiter:{cfg.consumer}",
-            socket_timeout=None,
+            cfg.redis_url, max_connections=2, client_name=f"approval-bot-waiter:{cfg.consumer}"
         )
         keys = Keys(cfg.prefix)
-        store = ApprovalStore(redis, keys)
+        store = ApprovalStore(redis, keys, command_timeout=cfg.redis_timeout)
         slack = None
         if cfg.slack_enabled:
             # One shared session: without it slack_sdk opens a connection per call.
@@ -209,23 +204,33 @@ class Bot:
         )
 
     async def stop(self) -> None:
-        if self.slack_link is not None:
-            await self.slack_link.stop()  # also closes the socket
-        if self.dispatcher is not None:
-            await self.dispatcher.stop()
-        if self.sweeper is not None:
-            await self.sweeper.stop()
-        if self.webhooks is not None:
-            await self.webhooks.stop()
+        # Each step is bounded: with Redis frozen, a part's last command (leaving the consumer
+        # group, unsubscribing) would otherwise wait for ever.
+        steps: list[tuple[str, Any]] = []
+        for name, part in (
+            ("slack link", self.slack_link),  # also closes the socket
+            ("dispatcher", self.dispatcher),
+            ("sweeper", self.sweeper),
+            ("webhooks", self.webhooks),
+        ):
+            if part is not None:
+                steps.append((name, part.stop))
         if self.runner is not None:
-            await self.runner.cleanup()
+            steps.append(("http", self.runner.cleanup))
         if self.ctx is not None:
-            await self.ctx.waiter.stop()
-            await self.ctx.redis.aclose()
+            steps += [("waiter", self.ctx.waiter.stop), ("redis", self.ctx.redis.aclose)]
         if self._waiter_redis is not None:
-            await self._waiter_redis.aclose()
+            steps.append(("waiter redis", self._waiter_redis.aclose))
         if self._http is not None:
-            await self._http.close()
+            steps.append(("slack http", self._http.close))
+        for name, step in steps:
+            try:
+                async with asyncio.timeout(STOP_STEP_SECONDS):
+                    await step()
+            except TimeoutError:
+                log.warning("stop step timed out step=%s after=%ss", name, STOP_STEP_SECONDS)
+            except Exception as e:
+                log.warning("stop step failed step=%s error=%r", name, e)
         log.info("bot stopped")
 
     def reload_policy(self) -> bool:

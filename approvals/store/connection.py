@@ -13,10 +13,12 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 #: Connections one client may open; callers past it wait (up to `pool_timeout`).
 DEFAULT_MAX_CONNECTIONS = 32
-#: How long a command may wait for Redis to answer before it fails (a frozen Redis or a silent
-#: partition then gives a quick 503 / deny instead of a hang). Blocking commands need longer:
-#: XREADGROUP BLOCK stays well under it; the waiter's pub/sub client passes None.
-DEFAULT_SOCKET_TIMEOUT = 3.0
+#: How long one store operation may wait for Redis before it fails as `StoreUnavailable` (a
+#: frozen Redis or a silent partition then gives a quick 503 / deny instead of a hang). It is
+#: an asyncio timeout around each `ApprovalStore` call, not redis-py's `socket_timeout`:
+#: measured with redis-py 8.1, a finite `socket_timeout` makes a cancelled command carry on
+#: (task cancellation is lost), so shutdown hangs; and it would cut blocking reads.
+DEFAULT_COMMAND_TIMEOUT = 3.0
 
 
 def connect(
@@ -25,14 +27,14 @@ def connect(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pool_timeout: float = 20.0,
     client_name: str | None = "approval-bot",
-    socket_timeout: float | None = DEFAULT_SOCKET_TIMEOUT,
+    socket_timeout: float | None = None,
 ) -> Redis:
     """A client on a bounded *blocking* pool.
 
     redis-py's default pool raises `MaxConnectionsError` when exhausted; this
-    one makes callers wait instead. `socket_timeout` bounds every command (a
-    frozen Redis fails fast); a client for pub/sub or long blocking reads
-    passes None, so those are bounded by their own timeouts.
+    one makes callers wait instead. `socket_timeout` is off by default: blocking
+    commands (XREADGROUP BLOCK, pub/sub reads) are bounded by their own timeouts,
+    and store operations by `DEFAULT_COMMAND_TIMEOUT`; connects still time out.
     """
     pool = BlockingConnectionPool.from_url(
         url,

@@ -10,6 +10,7 @@ A request is one hash (`Keys.request`): `data` holds the request as created
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -127,10 +128,15 @@ T = TypeVar("T")
 
 
 def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    async def wrapper(*args: Any, **kwargs: Any) -> T:
+    """Redis errors become `StoreUnavailable`, and so does no answer within the store's
+    `command_timeout` (an asyncio timeout; the bot's is `DEFAULT_COMMAND_TIMEOUT` in
+    `approvals/store/connection.py`; None: unbounded, for the CLI's long exports)."""
+
+    async def wrapper(self: ApprovalStore, *args: Any, **kwargs: Any) -> T:
         try:
-            return await fn(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError) as e:
+            async with asyncio.timeout(self.command_timeout):
+                return await fn(self, *args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, TimeoutError) as e:
             # The text agents see names no host, port or driver message (kept in the chain).
             raise StoreUnavailable("the approval store (Redis) is unavailable; try again") from e
 
@@ -149,8 +155,10 @@ class ApprovalStore:
         *,
         default_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
         clock: Callable[[], float] = time.time,
+        command_timeout: float | None = None,
     ) -> None:
         self.redis = redis
+        self.command_timeout = command_timeout
         self.keys = keys
         self.default_deadline_seconds = default_deadline_seconds
         self.clock = clock

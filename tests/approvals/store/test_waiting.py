@@ -79,7 +79,7 @@ async def test_thousand_waiters_wake_with_their_own_decision_on_few_connections(
 ) -> None:
     ids = await new_pending(store, 1000)
     name = f"waiter-{keys.prefix}"
-    wredis = connect(redis_url, max_connections=2, client_name=name, socket_timeout=None)
+    wredis = connect(redis_url, max_connections=2, client_name=name)
     waiter = Waiter(wredis, keys)
     await waiter.start()
     try:
