@@ -73,7 +73,7 @@ class ApprovalService:
         self.store = store
         self.policy = policy or Policy()
         self.membership = membership
-        self.grants = GrantStore(store.redis, store.keys)
+        self.grants = GrantStore(store.redis, store.keys, command_timeout=store.command_timeout)
 
     # -- submit ------------------------------------------------------------------------
 

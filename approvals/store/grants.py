@@ -29,9 +29,11 @@ log = logging.getLogger(__name__)
 class GrantStore:
     """The grants under one key prefix, on the store's Redis client."""
 
-    def __init__(self, redis: Redis, keys: Keys) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, command_timeout: float | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        #: As `ApprovalStore.command_timeout` (read by `_guard`).
+        self.command_timeout = command_timeout
 
     def _bucket(self, grant: Grant) -> str:
         return self.keys.grant_bucket(

@@ -132,9 +132,9 @@ def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     `command_timeout` (an asyncio timeout; the bot's is `DEFAULT_COMMAND_TIMEOUT` in
     `approvals/store/connection.py`; None: unbounded, for the CLI's long exports)."""
 
-    async def wrapper(self: ApprovalStore, *args: Any, **kwargs: Any) -> T:
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> T:
         try:
-            async with asyncio.timeout(self.command_timeout):
+            async with asyncio.timeout(getattr(self, "command_timeout", None)):
                 return await fn(self, *args, **kwargs)
         except (RedisConnectionError, RedisTimeoutError, TimeoutError) as e:
             # The text agents see names no host, port or driver message (kept in the chain).

@@ -1,0 +1,133 @@
+"""Benchmark: masking. What the secret rules cost, and how a maintained detector compares.
+
+    .venv/bin/python -m bench.bench_masking [--repeat 200]
+
+- `mask_text` on ordinary text (no secret; the common case), on every fake of the corpus
+  (`tests/support/secret_corpus.py`), and on a 64 KiB hostile text (long runs of token
+  characters, `mysql` and `password` repeated) that probes for slow patterns.
+- A whole request message rendered and sent through `outbound` (what a post costs).
+- If `detect-secrets` is importable (`pip install detect-secrets` or `bc-detect-secrets`;
+  it is not a dependency), its regex plugins and its entropy plugins on the same corpus:
+  how many fakes it finds, how many near misses it flags, and its time per line.
+
+Prints a table, then one JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from bot import blocks
+from bot.masking import mask_text, outbound
+from bot.secret_rules import normalise
+from tests.support.secret_corpus import FAKES, NEAR_MISSES
+
+ORDINARY = "Deploy web to production with 3 replicas (task-42), see https://example.com/a?b=c " * 6
+HOSTILE = ("A" * 4000 + " mysql -u x " + "password " * 200 + "-" * 3000 + "eyJ" * 500) * 4
+
+
+def per_call_us(fn: Callable[[], Any], repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def ours(repeat: int) -> dict[str, float]:
+    corpus = [f.text for f in FAKES]
+    request = ApprovalRequest(
+        event=ApprovalEvent(
+            tool_name="deploy",
+            arguments={"service": "web", "env": {"DB_PASSWORD": "x" * 12}, "note": ORDINARY},
+            command="kubectl rollout restart deploy/web",
+        ),
+        config=ApprovalConfig(),
+        channel="C1",
+    )
+    return {
+        "ordinary_text_us": per_call_us(lambda: mask_text(ORDINARY), repeat),
+        "ordinary_text_chars": len(ORDINARY),
+        "corpus_fake_us": per_call_us(lambda: [mask_text(t) for t in corpus], 5) / len(corpus),
+        "hostile_64k_ms": per_call_us(lambda: mask_text(HOSTILE), 3) / 1000,
+        "hostile_chars": len(HOSTILE),
+        "message_render_and_outbound_us": per_call_us(
+            lambda: outbound(blocks.request_message(request)), max(repeat // 4, 5)
+        ),
+    }
+
+
+def detector() -> dict[str, Any] | None:
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.core.scan import scan_line
+        from detect_secrets.settings import transient_settings
+    except ImportError:
+        return None
+    plugins = [c.__name__ for c in get_mapping_from_secret_type_to_class().values()]
+    out: dict[str, Any] = {}
+    for label, names in (
+        ("regex_plugins", [n for n in plugins if "Entropy" not in n]),
+        ("all_plugins", plugins),
+    ):
+        with transient_settings({"plugins_used": [{"name": n} for n in names]}):
+            found, lines = 0, 0
+            start = time.perf_counter()
+            for fake in FAKES:
+                text = normalise(fake.text)[0]
+                values: list[str] = []
+                for line in text.splitlines() or [text]:
+                    values += [s.secret_value or "" for s in scan_line(line)]
+                    lines += 1
+                found += any(v and (v in fake.secret or fake.secret in v) for v in values)
+            elapsed = time.perf_counter() - start
+            flagged = sum(
+                1 for n in NEAR_MISSES if any(list(scan_line(x)) for x in n.text.splitlines())
+            )
+        out[label] = {
+            "plugins": len(names),
+            "fakes_found": found,
+            "near_misses_flagged": flagged,
+            "us_per_line": elapsed / lines * 1e6,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"fakes": len(FAKES), "near_misses": len(NEAR_MISSES)}
+    figures["ours"] = ours(args.repeat)
+    missed = sum(1 for f in FAKES if f.value is None and f.secret in mask_text(f.text))
+    flagged = sum(1 for n in NEAR_MISSES if mask_text(n.text) != n.text)
+    figures["ours"]["fakes_missed"] = missed
+    figures["ours"]["near_misses_flagged"] = flagged
+    figures["detect_secrets"] = detector()
+    o = figures["ours"]
+    print(f"corpus: {len(FAKES)} fakes, {len(NEAR_MISSES)} near misses")
+    print(f"ours: missed {missed}, near misses flagged {flagged}")
+    print(f"  mask_text, {o['ordinary_text_chars']}-char ordinary text: "
+          f"{o['ordinary_text_us']:.0f} µs")  # fmt: skip
+    print(f"  mask_text, per corpus fake: {o['corpus_fake_us']:.0f} µs")
+    print(f"  mask_text, {o['hostile_chars']}-char hostile text: {o['hostile_64k_ms']:.1f} ms")
+    print(f"  request message rendered + outbound: {o['message_render_and_outbound_us']:.0f} µs")
+    ds = figures["detect_secrets"]
+    if ds is None:
+        print("detect-secrets: not installed (pip install detect-secrets to compare)")
+    else:
+        for label, row in ds.items():
+            print(
+                f"detect-secrets {label} ({row['plugins']}): found {row['fakes_found']}/"
+                f"{len(FAKES)}, near misses flagged {row['near_misses_flagged']}/"
+                f"{len(NEAR_MISSES)}, {row['us_per_line']:.0f} µs/line"
+            )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
