@@ -9,6 +9,7 @@
     ├── NotAllowed            the actor may not decide this request (HTTP 403)
     ├── ApprovalTimeout       waiting ended before a decision (HTTP 504)
     └── StoreUnavailable      Redis could not be reached (HTTP 503)
+        └── BotUnreachable    the bot's HTTP API could not be reached (an agent-side error)
 
 Losing a compare-and-set race is *not* an exception: `ApprovalStore.resolve`
 returns a `ResolveResult` whose `won` is false. `AlreadyDecided` is raised
@@ -70,6 +71,13 @@ class ApprovalTimeout(ApprovalError):
 
 class StoreUnavailable(ApprovalError):
     code = "store_unavailable"
+
+
+class BotUnreachable(StoreUnavailable):
+    """Raised by the HTTP transport when the bot does not answer at all (connection refused,
+    no route, timeout): the store may be fine, the agent cannot get to it."""
+
+    code = "bot_unreachable"
 
 
 #: The HTTP status the API answers each error with (most specific class first); any other

@@ -28,6 +28,7 @@ from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
     ApprovalTimeout,
+    BotUnreachable,
     InvalidRequest,
     StoreUnavailable,
     error_class,
@@ -250,7 +251,7 @@ class HttpTransport(_LoopBound):
                 text = await response.text()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise StoreUnavailable(f"approval bot at {self.url} is unreachable: {e!r}") from e
+            raise BotUnreachable(f"approval bot at {self.url} is unreachable: {e!r}") from e
         try:
             data: Any = json.loads(text) if text else None
         except ValueError:

@@ -41,7 +41,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals.errors import ApprovalError, ApprovalTimeout, InvalidRequest, StoreUnavailable
+from approvals.errors import (
+    ApprovalError,
+    ApprovalTimeout,
+    BotUnreachable,
+    InvalidRequest,
+    StoreUnavailable,
+)
 from approvals.grants import command_prefix
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
@@ -496,6 +502,8 @@ def for_dialect(dialect: Dialect, output: dict[str, Any] | None) -> dict[str, An
 def failure_reason(error: BaseException) -> str:
     """What an agent is told when a review failed: the problem, never internals (addresses,
     tracebacks, exception types)."""
+    if isinstance(error, BotUnreachable):
+        return "the approval bot could not be reached (is it running? check APPROVALS_URL)"
     if isinstance(error, StoreUnavailable):
         return "the approval store is unavailable; try again"
     if isinstance(error, ApprovalError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -339,3 +340,21 @@ async def test_command_hook_with_a_broken_configuration_denies(api_url: str) -> 
         decided = json.loads(out)["hookSpecificOutput"]
         assert decided["permissionDecision"] == "deny", env
         assert err and "Traceback" not in err
+
+
+async def test_command_hook_with_the_bot_unreachable_denies_saying_so() -> None:
+    body = json.dumps(
+        {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+    ).encode()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"APPROVALS_URL": f"http://127.0.0.1:{port}", "APPROVALS_TOKEN": "t"}
+    code, out, err = await asyncio.to_thread(
+        run_command_hook, "claude-code", body, env, "--timeout", "10"
+    )
+    assert code == 0 and "Traceback" not in err
+    decided = json.loads(out)["hookSpecificOutput"]
+    assert decided["permissionDecision"] == "deny"
+    reason = decided["permissionDecisionReason"]
+    assert "approval bot could not be reached" in reason and str(port) not in reason
