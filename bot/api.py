@@ -36,6 +36,7 @@ from approvals.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    StoreUnavailable,
     http_status,
 )
 from approvals.integrations.coding_agents import MAX_JSON_DEPTH, error_details, json_depth
@@ -43,6 +44,7 @@ from approvals.integrations.hook_input import loads
 from approvals.models import ApprovalRequest
 from bot.context import BotContext
 from bot.hook_endpoint import ClaudeCodeHook
+from bot.metrics import METRICS
 from bot.principals import AuthProblem, Principal, Principals
 from bot.schemas import (
     CancelApproval,
@@ -117,6 +119,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(e.status, e.code, e.message, e.details, e.headers)
     except ApprovalError as e:
         log.info("api refused method=%s path=%s code=%s", request.method, request.path, e.code)
+        if isinstance(e, StoreUnavailable) and (metrics := request.app.get(METRICS)) is not None:
+            metrics.redis_errors.labels(component="api").inc()
         return _approval_error(e)
     except ValidationError as e:
         problems = "; ".join(
@@ -128,6 +132,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
     except (RedisConnectionError, RedisTimeoutError) as e:
         log.warning("api store unavailable path=%s error=%r", request.path, e)
+        if (metrics := request.app.get(METRICS)) is not None:
+            metrics.redis_errors.labels(component="api").inc()
         return error_response(503, "store_unavailable", "Redis is unreachable; try again")
     except Exception:
         log.exception("api internal error method=%s path=%s", request.method, request.path)
@@ -250,7 +256,12 @@ class ApprovalsAPI:
             callback=body.callback,
         )
         created, is_new = result.request, result.created
-        self.ctx.count("api_created" if is_new else "api_reused")
+        m = self.ctx.metrics
+        m.api_requests.labels(
+            outcome="created" if is_new else "reused",
+            route=m.route(created.route),
+            principal=m.principal(principal.name),
+        ).inc()
         return web.json_response(
             approval_object(created),
             status=201 if is_new else 200,
@@ -264,7 +275,9 @@ class ApprovalsAPI:
         found = await self._own(request, request_id)
         if wait > 0 and found.is_pending:
             try:
-                found = await self.ctx.waiter.wait(request_id, wait)
+                with self.ctx.metrics.parked("api"):
+                    found = await self.ctx.waiter.wait(request_id, wait)
+                self.ctx.metrics.resumed(found, "api")
             except ApprovalTimeout:
                 found = await self.ctx.store.get(request_id)
         return web.json_response(approval_object(found))

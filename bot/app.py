@@ -37,6 +37,8 @@ from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
 from bot.masking import outbound
+from bot.metrics import CONTENT_TYPE, METRICS
+from bot.principals import Principals
 from bot.slack_client import MaskingWebClient
 from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
@@ -145,6 +147,9 @@ class Bot:
             admin_tokens=cfg.admin_tokens,
             slack=slack,
         )
+        self.ctx.metrics.configure(
+            routes=self.policy.routes, principals=Principals(cfg.api_tokens, cfg.admin_tokens).names
+        )
         self._waiter_redis = waiter_redis
         if slack is not None:
             _drop_token_unused_warning()
@@ -243,6 +248,7 @@ class Bot:
         self.policy = policy
         if self.ctx is not None:
             self.ctx.service.policy = policy
+            self.ctx.metrics.route.known = {*policy.routes, "default"}
         log.info("policy reloaded rules=%d routes=%d", len(policy.rules), len(policy.routes))
         return True
 
@@ -297,6 +303,8 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             redis_ok, why = False, "Redis did not answer PING within 2 s (frozen or partitioned)"
         except Exception as e:
             redis_ok, why = False, f"Redis is unreachable ({type(e).__name__})"
+        if not redis_ok:
+            ctx.metrics.redis_errors.labels(component="healthz").inc()
         if ctx.slack_link is not None:
             slack = ctx.slack_link.state  # connecting | ok | error: …
         else:
@@ -313,22 +321,10 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
         return web.json_response(body, status=200 if ok else 503)
 
     async def metrics(request: web.Request) -> web.Response:
-        pending = await ctx.redis.zcard(ctx.keys.pending)
-        retrying = await ctx.redis.zcard(ctx.keys.webhook_retries)
-        lines = [
-            "# TYPE approvals_pending gauge",
-            f"approvals_pending {pending}",
-            "# TYPE approvals_webhooks_retrying gauge",
-            f"approvals_webhooks_retrying {retrying}",
-            "# TYPE approvals_waiters gauge",
-            f"approvals_waiters {ctx.waiter.waiting}",
-        ]
-        for name, value in sorted(ctx.gauges.items()):
-            lines += [f"# TYPE approvals_{name} gauge", f"approvals_{name} {value:g}"]
-        for name, value in sorted(ctx.metrics.items()):
-            lines += [f"# TYPE approvals_{name} counter", f"approvals_{name} {value:g}"]
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        body = await ctx.metrics.scrape(ctx.redis, ctx.keys, waiting=ctx.waiter.waiting)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+    app[METRICS] = ctx.metrics
     app.router.add_post("/slack/events", slack_events)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)

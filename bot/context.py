@@ -11,6 +11,7 @@ from approvals.service import ApprovalService
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
+from bot.metrics import Metrics
 
 
 @dataclass
@@ -34,12 +35,5 @@ class BotContext:
     max_wait_seconds: float = 60.0
     #: Largest request body the HTTP API reads, in bytes (as the hook endpoint: 4 MiB).
     max_body_bytes: int = 4 * 1024 * 1024
-    metrics: dict[str, float] = field(default_factory=dict)
-    #: Values that go up and down (e.g. `slack_owed`), shown as gauges in /metrics.
-    gauges: dict[str, float] = field(default_factory=dict)
-
-    def count(self, name: str, n: float = 1) -> None:
-        self.metrics[name] = self.metrics.get(name, 0) + n
-
-    def gauge(self, name: str, value: float) -> None:
-        self.gauges[name] = value
+    #: This bot's Prometheus metrics (its own registry), served at /metrics.
+    metrics: Metrics = field(default_factory=Metrics)

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
@@ -133,6 +134,7 @@ class Dispatcher:
                 raise
             except Exception as e:
                 log.warning("heartbeat failed consumer=%s error=%r", self.outbox.consumer, e)
+                self.ctx.metrics.redis_errors.labels(component="dispatcher").inc()
             await asyncio.sleep(o.heartbeat_interval)
 
     # -- reading -----------------------------------------------------------------------
@@ -158,6 +160,7 @@ class Dispatcher:
                 raise
             except Exception as e:
                 log.warning("dispatcher read failed error=%r", e)
+                self.ctx.metrics.redis_errors.labels(component="dispatcher").inc()
                 await asyncio.sleep(1.0)
 
     async def _due(self, room: int) -> list[OutboxEntry]:
@@ -165,7 +168,7 @@ class Dispatcher:
         o = self.options
         owed = [e for e in await self.outbox.owed() if e.entry_id not in self._in_flight]
         self._owed = {e.entry_id for e in owed}
-        self.ctx.gauge("slack_owed", len(self._owed))
+        self.ctx.metrics.slack_owed.set(len(self._owed))
         due, next_check = [], time.monotonic() + 30.0  # leftovers are looked at twice a minute
         for entry in owed:
             backoff = min(o.backoff_max, o.backoff_base * 2 ** (entry.deliveries - 1))
@@ -214,9 +217,9 @@ class Dispatcher:
                 self._settled(entry)
             except Exception as e:
                 # Not acked: owed, taken again after a backoff (see _due). Nothing is dropped.
-                self.ctx.count("slack_owed_retries")
+                self.ctx.metrics.slack_owed_retries.inc()
                 self._owed.add(entry.entry_id)
-                self.ctx.gauge("slack_owed", len(self._owed))
+                self.ctx.metrics.slack_owed.set(len(self._owed))
                 self._owed_check = min(self._owed_check, time.monotonic() + 0.1)
                 log.warning(
                     "outbox entry owed, will retry entry=%s op=%s id=%s error=%s",
@@ -232,7 +235,7 @@ class Dispatcher:
     def _settled(self, entry: OutboxEntry) -> None:
         if entry.entry_id in self._owed:
             self._owed.discard(entry.entry_id)
-            self.ctx.gauge("slack_owed", len(self._owed))
+            self.ctx.metrics.slack_owed.set(len(self._owed))
             log.info("owed outbox entry delivered entry=%s id=%s", entry.entry_id, entry.request_id)
 
     # -- handling ----------------------------------------------------------------------
@@ -248,10 +251,24 @@ class Dispatcher:
             await self._post(request)
         elif entry.op == "update":
             await self._update(request)
+            if not request.is_pending:
+                self._decided(request)
         elif entry.op == "escalated":
             await self._mark_escalated(request, entry)
         else:
             log.warning("unknown outbox op=%s id=%s", entry.op, entry.request_id)
+
+    def _decided(self, request: ApprovalRequest) -> None:
+        """Count a decision once its outcome is drawn (the entry is handled once)."""
+        m = self.ctx.metrics
+        route = m.route(request.route)
+        m.decisions.labels(
+            outcome=request.status, route=route, principal=m.principal(request.principal)
+        ).inc()
+        decided_at = request.decision.decided_at if request.decision else None
+        if decided_at is not None:
+            seconds = (decided_at - request.created_at).total_seconds()
+            m.time_to_decision.labels(route=route).observe(max(0.0, seconds))
 
     async def _post(self, request: ApprovalRequest) -> None:
         if not request.is_pending:
@@ -283,7 +300,7 @@ class Dispatcher:
                     found[0].ts,
                     len(found),
                 )
-                self.ctx.count("slack_posts_adopted")
+                self.ctx.metrics.slack_posts.labels(how="adopted").inc()
                 for copy in found:
                     await self._recorded(request, copy, posted=False)
                 return
@@ -299,7 +316,9 @@ class Dispatcher:
         # On Unsure (and any other failure) the post lock stays: ours until we retry the
         # entry, or until a replica finds us gone and looks for the copy before posting.
         posted = SlackMessage(channel=str(response["channel"]), ts=str(response["ts"]))
-        self.ctx.count("slack_posts")
+        m = self.ctx.metrics
+        m.slack_posts.labels(how="posted").inc()
+        m.create_to_posted.labels(route=m.route(request.route)).observe(_since(request.created_at))
         log.info("posted id=%s channel=%s ts=%s", request.id, posted.channel, posted.ts)
         await self._recorded(request, posted, posted=True)
 
@@ -411,7 +430,7 @@ class Dispatcher:
             await self.slack.call(
                 target.channel, "chat_update", channel=target.channel, ts=target.ts, **message
             )
-            self.ctx.count("slack_updates")
+            self.ctx.metrics.slack_updates.inc()
         except Permanent as e:
             log.warning("could not update message id=%s error=%s", request.id, e.error)
         except BaseException:
@@ -461,6 +480,10 @@ class Dispatcher:
     async def _fail(self, request: ApprovalRequest, reason: str) -> None:
         result = await self.ctx.store.resolve(request.id, Decision.error(reason, by="slack"))
         log.error("request failed id=%s reason=%s won=%s", request.id, reason, result.won)
+
+
+def _since(moment: datetime) -> float:
+    return max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
 class _Busy(Exception):

@@ -77,7 +77,7 @@ class ClaudeCodeHook:
         except Exception:
             log.exception("hook endpoint failed")
             output = deny(shape, "Approval service error: internal error (see the bot's log)")
-        self.ctx.count("hook_calls")
+        self.ctx.metrics.hook_calls.labels(decision=_decision(output)).inc()
         return web.json_response(output)
 
     async def answer(self, request: web.Request, body: HookBody) -> dict[str, Any]:
@@ -117,14 +117,28 @@ class ClaudeCodeHook:
             )
             return result.request
 
+        async def wait(request_id: str, seconds: float) -> ApprovalRequest:
+            decided = await self.ctx.waiter.wait(request_id, seconds)
+            self.ctx.metrics.resumed(decided, "hook")
+            return decided
+
         budget = time_budget(hook_timeout) - (loop.time() - started)
-        output = await answer_hook(
-            "claude-code",
-            payload,
-            submit,
-            self.ctx.waiter.wait,
-            timeout=max(budget, 0.05),
-            on_timeout=on_timeout,
-            cancel=cancel,
-        )
+        with self.ctx.metrics.parked("hook"):
+            output = await answer_hook(
+                "claude-code",
+                payload,
+                submit,
+                wait,
+                timeout=max(budget, 0.05),
+                on_timeout=on_timeout,
+                cancel=cancel,
+            )
         return output or {}
+
+
+def _decision(output: dict[str, Any]) -> str:
+    """allow / deny / ask / none: what a hook answer decided (a bounded metric label)."""
+    specific = output.get("hookSpecificOutput") or {}
+    found = specific.get("permissionDecision") or (specific.get("decision") or {}).get("behavior")
+    found = found or output.get("decision")
+    return found if found in ("allow", "deny", "ask", "block", "approve") else "none"

@@ -93,7 +93,8 @@ class Listeners:
                 action,
                 type(e).__name__,
             )
-            self.ctx.count("slack_clicks_unrecorded")
+            self.ctx.metrics.slack_clicks_unrecorded.inc()
+            self.ctx.metrics.redis_errors.labels(component="listeners").inc()
             await self._ephemeral(body, UNRECORDED, channel=channel)
 
     async def on_approve(self, ack: AsyncAck, body: Body) -> None:
@@ -337,7 +338,7 @@ class Listeners:
         except InvalidRequest as e:
             await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
             return None
-        self.ctx.count("slack_decisions_" + result.status)
+        self.ctx.metrics.slack_clicks.labels(result=result.status).inc()
         await self._explain(body, result, channel)
         log.info(
             "click id=%s user=%s outcome=%s result=%s", request_id, user, outcome, result.status

@@ -146,11 +146,19 @@ class SlackCaller:
                 await pace.acquire()
             elif time.monotonic() < pace.blocked_until:
                 await asyncio.sleep(pace.blocked_until - time.monotonic())
+            m = self.ctx.metrics
+            label = m.method(method.replace("_", "."))
+            started = time.monotonic()
             try:
-                return await getattr(self.client, method)(**kwargs)
+                answer = await getattr(self.client, method)(**kwargs)
+                m.slack_api_seconds.labels(method=label).observe(time.monotonic() - started)
+                return answer
             except SlackApiError as e:
+                m.slack_api_seconds.labels(method=label).observe(time.monotonic() - started)
                 status = e.response.status_code
                 error = str(e.response.get("error", "")) if e.response else ""
+                code = "ratelimited" if status == 429 else (error or f"http_{status}")
+                m.slack_api_errors.labels(method=label, error=m.error_code(code)).inc()
                 if status == 429:
                     retry_after = float(e.response.headers.get("Retry-After", "1") or 1)
                     log.warning(
@@ -159,13 +167,15 @@ class SlackCaller:
                         pace_key,
                         retry_after,
                     )
-                    self.ctx.count("slack_rate_limited")
+                    m.slack_rate_limited.labels(method=label).inc()
                     pace.block_for(retry_after)
                     continue
                 if status < 500 and error and error not in TRANSIENT_ERRORS:
                     raise Permanent(error) from e
                 reason = f"http {status} {error}".strip()
             except (OSError, TimeoutError, aiohttp.ClientError) as e:
+                m.slack_api_seconds.labels(method=label).observe(time.monotonic() - started)
+                m.slack_api_errors.labels(method=label, error=m.error_code(type(e).__name__)).inc()
                 reason = repr(e)
             attempt += 1
             if once or attempt >= self.max_attempts:

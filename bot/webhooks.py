@@ -236,6 +236,7 @@ class WebhookWorker:
                 raise
             except Exception as e:
                 log.warning("webhook queue read failed error=%r", e)
+                self.ctx.metrics.redis_errors.labels(component="webhooks").inc()
                 await asyncio.sleep(1.0)
 
     async def _retry_loop(self) -> None:
@@ -247,6 +248,7 @@ class WebhookWorker:
                 raise
             except Exception as e:
                 log.warning("webhook retry scan failed error=%r", e)
+                self.ctx.metrics.redis_errors.labels(component="webhooks").inc()
             await asyncio.sleep(self.options.retry_poll_interval)
 
     async def _handle(self, entry: OutboxEntry) -> None:
@@ -397,12 +399,12 @@ class WebhookWorker:
         }
 
     def _count(self, attempt: Attempt) -> None:
-        self.ctx.count("webhook_attempts")
-        self.ctx.count("webhook_attempt_seconds_sum", attempt.duration_ms / 1000)
-        self.ctx.count("webhook_attempt_seconds_count")
+        m = self.ctx.metrics
+        m.webhook_attempts.inc()
+        m.webhook_attempt_seconds.observe(attempt.duration_ms / 1000)
         if attempt.outcome == "delivered":
-            self.ctx.count("webhook_delivered")
+            m.webhook_delivered.inc()
         else:
-            self.ctx.count("webhook_attempt_failures")
+            m.webhook_attempt_failures.inc()
         if attempt.outcome == "failed":
-            self.ctx.count("webhook_failed")
+            m.webhook_failed.inc()

@@ -298,9 +298,9 @@ async def test_failing_twice_then_succeeding_gets_the_same_webhook_id_three_time
             (200, "delivered"),
         ]
         assert delivery.attempts == 3
-        assert ctx.metrics["webhook_attempts"] == 3
-        assert ctx.metrics["webhook_attempt_failures"] == 2
-        assert ctx.metrics["webhook_delivered"] == 1
+        assert sample(ctx, "approvals_webhook_attempts_total") == 3
+        assert sample(ctx, "approvals_webhook_attempt_failures_total") == 2
+        assert sample(ctx, "approvals_webhook_delivered_total") == 1
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 410, 422])
@@ -314,7 +314,7 @@ async def test_a_4xx_is_not_retried(ctx: BotContext, start_worker: Start, status
         assert len(receiver.received) == 1
         assert delivery.last_status == status
         assert await ctx.redis.zcard(ctx.keys.webhook_retries) == 0
-        assert ctx.metrics["webhook_failed"] == 1
+        assert sample(ctx, "approvals_webhook_failed_total") == 1
 
 
 async def test_429_retry_after_is_honoured(ctx: BotContext, start_worker: Start) -> None:
@@ -547,11 +547,11 @@ async def test_metrics_show_webhook_counters(ctx: BotContext, start_worker: Star
 
     async with TestClient(TestServer(app)) as client:
         text = await (await client.get("/metrics")).text()
-    assert "approvals_webhook_attempts 2" in text
-    assert "approvals_webhook_attempt_failures 1" in text
-    assert "approvals_webhook_delivered 1" in text
-    assert "approvals_webhook_attempt_seconds_count 2" in text
-    assert "approvals_webhooks_retrying 0" in text
+    assert "approvals_webhook_attempts_total 2.0" in text
+    assert "approvals_webhook_attempt_failures_total 1.0" in text
+    assert "approvals_webhook_delivered_total 1.0" in text
+    assert "approvals_webhook_attempt_seconds_count 2.0" in text
+    assert "approvals_webhooks_retrying 0.0" in text
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -611,3 +611,7 @@ async def test_cli_lists_failed_deliveries_retries_one_and_shows_and_rotates_the
     ]
     assert await cli("webhooks", "secret", "--principal", "ci-agent") == 0
     assert capsys.readouterr().out.strip() not in (secret, rotated)
+
+
+def sample(ctx: BotContext, name: str) -> float:
+    return ctx.metrics.registry.get_sample_value(name) or 0.0

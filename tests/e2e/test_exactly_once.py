@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from approvals.errors import StoreUnavailable
@@ -66,9 +67,10 @@ async def metric(bot: Bot, name: str) -> float:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{bot.port}/metrics") as resp:
             text = await resp.text()
-    for line in text.splitlines():
-        if line.startswith(f"approvals_{name} "):
-            return float(line.split()[1])
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"approvals_{name}":
+                return float(sample.value)
     return 0.0
 
 

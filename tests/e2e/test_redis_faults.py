@@ -64,6 +64,9 @@ async def test_a_click_during_an_outage_is_not_lost_silently(
     assert ephemeral.body["text"] == UNRECORDED and ephemeral.body["user"] == "U0ALICE"
     assert any("click not recorded" in r.getMessage() for r in caplog.records)
     assert not any("didn't call ack" in r.getMessage() for r in caplog.records)
+    sample = bot.ctx.metrics.registry.get_sample_value
+    assert sample("approvals_slack_clicks_unrecorded_total") == 1
+    assert sample("approvals_redis_errors_total", {"component": "listeners"}) == 1
     proxy.restore()
     assert (await bot.ctx.store.get(request.id)).status == "pending", "nothing was decided"
     bob: Reviewer = reviewer("U0BOB")
@@ -90,6 +93,9 @@ async def test_a_frozen_redis_gives_quick_errors_and_a_clean_shutdown(
         api_status, api_body = resp.status, await resp.text()
     api_time = time.monotonic() - start
     assert api_status == 503, api_body
+    assert bot.ctx is not None
+    errors = bot.ctx.metrics.registry.get_sample_value
+    assert errors("approvals_redis_errors_total", {"component": "api"}) == 1
     assert api_time < 10 * TIMEOUT, f"the API answered after {api_time:.1f}s"
 
     hook_timeout = 8

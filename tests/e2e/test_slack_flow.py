@@ -295,7 +295,7 @@ async def test_healthz_and_metrics(make_bot: BotFactory, http: Any) -> None:
     )
     assert body["redis"] is True
     async with http.get(f"http://127.0.0.1:{bot.port}/metrics") as resp:
-        assert "approvals_pending 0" in await resp.text()
+        assert "approvals_pending 0.0" in await resp.text()
 
 
 async def test_no_secret_reaches_a_log_line_or_a_repr(
