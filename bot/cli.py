@@ -191,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_setup_arguments(sub)
     webhook_commands.add_parser(sub)
     grant_commands.add_parser(sub)
+    p = sub.add_parser("doctor", help="check Redis, Slack, the policy and agent setup")
+    p.add_argument("--json", action="store_true", help="one JSON object for automation")
+    p.add_argument(
+        "--request-url",
+        help="HTTP mode: the public Slack request URL (https://HOST/slack/events) to try",
+    )
+    p.add_argument("--project", default=".", help="project whose agent settings to check")
     return parser
 
 
@@ -376,6 +383,12 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
         return serve(settings)
     if args.command == "policy":
         return check_policy(args.file, settings, sys.stdout)
+    if args.command == "doctor":
+        from bot import doctor
+
+        located = locate_redis(settings)
+        url = None if located.source == "nothing" else located.url
+        return doctor.run(args, settings, url, sys.stdout)
     if args.command == "setup" and args.check:
         from bot.setup_check import run_check
 

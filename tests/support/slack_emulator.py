@@ -11,6 +11,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any, Self
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -22,6 +23,20 @@ MAX_VIEW_BLOCKS = 100
 MAX_TEXT = 40_000
 RESPONSE_PAYLOAD_TYPES = frozenset({"view_submission", "block_suggestion"})
 SERVER_ERROR_PAGE = "<html><body><h1>Service Unavailable</h1></body></html>"
+#: The scopes a token has when the test does not name them (`x-oauth-scopes`): the
+#: manifest's, plus those `approval-bot doctor` uses to read channels.
+ALL_SCOPES = frozenset(
+    {
+        "channels:history",
+        "chat:write",
+        "groups:history",
+        "im:write",
+        "usergroups:read",
+        "channels:read",
+        "groups:read",
+        "users:read",
+    }
+)
 
 
 @dataclass
@@ -84,6 +99,8 @@ class SlackEmulator:
         usergroups: Mapping[str, Iterable[str]] | None = None,
         latency: float = 0.0,
         scopes: Iterable[str] | None = None,
+        channel_names: Mapping[str, str] | None = None,
+        clock_offset: float = 0.0,
         host: str = "127.0.0.1",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -102,8 +119,12 @@ class SlackEmulator:
         self.latency = latency
         self.latency_by_method: dict[str, float] = {}
         #: The bot token's scopes; None grants all. Methods that need one they lack answer
-        #: `missing_scope` (only conversations.history checks, per channel type).
+        #: `missing_scope` (conversations.history and conversations.info check, per channel type).
         self.scopes: set[str] | None = None if scopes is None else set(scopes)
+        #: Channel names for conversations.info (default: the id, lower-cased).
+        self.channel_names = dict(channel_names or {})
+        #: Seconds Slack's clock is ahead of ours: the `Date` header of every answer.
+        self.clock_offset = clock_offset
         self.host = host
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -324,7 +345,21 @@ class SlackEmulator:
             await asyncio.sleep(late)  # done already; the answer comes late
         if payload is None:
             return web.Response(status=status, text=SERVER_ERROR_PAGE, content_type="text/html")
+        headers = {**headers, "Date": formatdate(time.time() + self.clock_offset, usegmt=True)}
+        if self._bot_token_call(request.headers, body):
+            # Slack lists the token's scopes on every Web API answer.
+            headers["x-oauth-scopes"] = ",".join(sorted(self.granted_scopes))
         return web.json_response(payload, status=status, headers=headers)
+
+    @property
+    def granted_scopes(self) -> set[str]:
+        """The bot token's scopes as `x-oauth-scopes` lists them (None grants ALL_SCOPES)."""
+        return set(ALL_SCOPES) if self.scopes is None else set(self.scopes)
+
+    def _bot_token_call(self, headers: Mapping[str, str], body: dict[str, Any]) -> bool:
+        auth = headers.get("Authorization", "")
+        token = auth[7:].strip() if auth.startswith("Bearer ") else body.get("token")
+        return token == self.token
 
     def _dispatch(
         self, method: str, body: dict[str, Any], headers: Mapping[str, str]
@@ -498,6 +533,7 @@ class SlackEmulator:
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
             "conversations.history": self._conversations_history,
+            "conversations.info": self._conversations_info,
         }
 
     def _auth_test(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -684,6 +720,27 @@ class SlackEmulator:
         if _truthy(body.get("return_im")):
             channel |= {"is_im": len(users) == 1, "user": users[0], "created": int(time.time())}
         return {"channel": channel}
+
+    def _conversations_info(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A channel's info as Slack gives it to a bot: `is_member` false for a channel the
+        bot was not invited to; `missing_scope` without channels:read / groups:read."""
+        channel = str(body.get("channel") or "")
+        if not channel or (self.channels is not None and channel not in self.channels):
+            raise _SlackError("channel_not_found")
+        private = channel.startswith("G")
+        needed = "groups:read" if private else "channels:read"
+        if needed not in self.granted_scopes:
+            raise _SlackError("missing_scope", needed=needed, provided=",".join(self.scopes or ()))
+        return {
+            "channel": {
+                "id": channel,
+                "name": self.channel_names.get(channel, channel.lower()),
+                "is_channel": not private,
+                "is_private": private,
+                "is_archived": False,
+                "is_member": channel not in self.not_in_channels,
+            }
+        }
 
     def _conversations_history(self, body: dict[str, Any]) -> dict[str, Any]:
         """Top-level messages, newest first, between `oldest` and `latest` (exclusive unless
