@@ -269,7 +269,7 @@ class Listeners:
         except InvalidRequest as e:
             await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
             return
-        self.ctx.count("slack_edits_" + result.status)
+        self.ctx.metrics.slack_edits.labels(result=result.status).inc()
         log.info("edit id=%s user=%s result=%s", meta.request_id, user, result.status)
         await self._explain(body, result, channel)
 

@@ -126,6 +126,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.slack_edits = Counter(
+            "approvals_slack_edits",
+            "Edit-and-approve submissions in Slack, by result (decided, recorded, duplicate, "
+            "closed, moved).",
+            ["result"],
+            registry=r,
+        )
         self.slack_clicks_unrecorded = Counter(
             "approvals_slack_clicks_unrecorded",
             "Clicks that could not be recorded because Redis was unreachable.",
