@@ -52,6 +52,7 @@ from bot.schemas import (
     approval_object,
     openapi_document,
 )
+from bot.shutdown import Drained, shutting_down_response, unless_draining
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,8 @@ class ApprovalsAPI:
 
     async def create(self, request: web.Request) -> web.Response:
         principal: Principal = request[PRINCIPAL]
+        if self.ctx.draining.is_set():
+            return shutting_down_response()
         body = CreateApproval.model_validate(await read_json(request, self.ctx.max_body_bytes))
         result = await self.ctx.service.create(
             body.event(),
@@ -276,10 +279,13 @@ class ApprovalsAPI:
         if wait > 0 and found.is_pending:
             try:
                 with self.ctx.metrics.parked("api"):
-                    found = await self.ctx.waiter.wait(request_id, wait)
+                    waiting = self.ctx.waiter.wait(request_id, wait)
+                    found = await unless_draining(self.ctx.draining, waiting)
                 self.ctx.metrics.resumed(found, "api")
             except ApprovalTimeout:
                 found = await self.ctx.store.get(request_id)
+            except Drained:
+                return shutting_down_response()
         return web.json_response(approval_object(found))
 
     async def cancel(self, request: web.Request) -> web.Response:

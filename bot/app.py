@@ -75,6 +75,8 @@ class BotConfig:
     webhooks: WebhookOptions = field(default_factory=WebhookOptions)
     #: Seconds a Slack Web API call may take before the client gives up on it.
     slack_timeout: float = 30.0
+    #: Seconds a SIGTERM waits for work in hand before stopping (`bot/shutdown.py`).
+    shutdown_grace: float = 10.0
 
     @property
     def slack_enabled(self) -> bool:
@@ -208,6 +210,21 @@ class Bot:
             cfg.consumer,
         )
 
+    async def drain(self, grace: float | None = None) -> None:
+        """Shut down gracefully (`bot/shutdown.py`): refuse new work, answer parked calls,
+        let the dispatcher finish and ack what it holds, all within `grace` seconds."""
+        grace = self.config.shutdown_grace if grace is None else grace
+        if self.ctx is None:
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        log.info("shutting down: draining for up to %.0fs", grace)
+        self.ctx.draining.set()  # clicks are still taken: they record, they start nothing
+        if self.dispatcher is not None:
+            await self.dispatcher.drain(max(0.0, end - loop.time()))
+        # Let parked handlers write their answers before the server closes.
+        await asyncio.sleep(0)
+
     async def stop(self) -> None:
         # Each step is bounded: with Redis frozen, a part's last command (leaving the consumer
         # group, unsubscribing) would otherwise wait for ever.
@@ -309,13 +326,16 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             slack = ctx.slack_link.state  # connecting | ok | error: …
         else:
             slack = "connecting" if ctx.slack is not None else "not configured"
-        ok = redis_ok and not slack.startswith("error")
+        draining = ctx.draining.is_set()
+        ok = redis_ok and not slack.startswith("error") and not draining
         body: dict[str, Any] = {
             "ok": ok,
             "redis": redis_ok,
             "slack": slack,
             "waiting": ctx.waiter.waiting,
         }
+        if draining:
+            body["draining"], why = True, "shutting down: send new calls to another replica"
         if why:
             body["reason"] = why
         return web.json_response(body, status=200 if ok else 503)
@@ -418,6 +438,7 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
         reviewers=tuple(settings.approvals_reviewers),
         policy_file=settings.approvals_policy_file,
         dispatcher=DispatcherOptions(pacing=settings.approvals_slack_pacing),
+        shutdown_grace=settings.approvals_shutdown_grace,
     )
     if not config.slack_enabled:
         log.warning(
@@ -443,6 +464,7 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
             return  # told to stop while Redis was still away
         await bot.start()
         await stop.wait()
+        await bot.drain()
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)

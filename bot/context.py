@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,3 +38,6 @@ class BotContext:
     max_body_bytes: int = 4 * 1024 * 1024
     #: This bot's Prometheus metrics (its own registry), served at /metrics.
     metrics: Metrics = field(default_factory=Metrics)
+    #: Set when the bot starts shutting down (SIGTERM): no new work is taken and parked
+    #: waits are answered (`bot/shutdown.py`).
+    draining: asyncio.Event = field(default_factory=asyncio.Event)

@@ -108,6 +108,26 @@ class Dispatcher:
             asyncio.create_task(self._keep_alive(), name=f"heartbeat-{name}"),
         ]
 
+    async def drain(self, grace: float) -> None:
+        """Stop taking entries and let those in hand finish (each acked once handled) for
+        up to `grace` seconds. What is left stays in the group's pending list: a replica
+        reaps it once this one's heartbeat expires, or this consumer retakes it on restart."""
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        if self._tasks:  # the reader ends after its current read (routing what it got)
+            await asyncio.wait({self._tasks[0]}, timeout=max(0.0, end - loop.time()))
+        while self._in_flight and loop.time() < end:
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), max(0.0, end - loop.time()))
+        if self._in_flight:
+            log.warning(
+                "shutdown: %d outbox entries still in hand after %.0fs; they stay owed",
+                len(self._in_flight),
+                grace,
+            )
+
     async def stop(self) -> None:
         self._stopping = True
         await cancel_and_wait([*self._tasks, *self._workers.values()])

@@ -41,6 +41,7 @@ from approvals.integrations.hook_input import (
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.context import BotContext
 from bot.principals import AuthProblem, Principals
+from bot.shutdown import HOOK_DENY, Drained, unless_draining
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ class ClaudeCodeHook:
         try:
             body = await read_body(request)
             shape = body.shape
-            output = await self.answer(request, body)
+            output = await unless_draining(self.ctx.draining, self.answer(request, body))
+        except Drained:
+            output = deny(shape, HOOK_DENY)  # fail closed: the agent reads why
         except asyncio.CancelledError:
             raise  # the client went away: nobody to answer
         except Exception:

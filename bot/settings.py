@@ -326,6 +326,10 @@ class Settings(BaseSettings):
     )
     #: Pace chat.postMessage per channel (~1/s); off only for benchmarks.
     approvals_slack_pacing: bool = Field(True, validation_alias="APPROVALS_SLACK_PACING")
+    #: Seconds a SIGTERM waits for work in hand (parked calls are answered at once).
+    approvals_shutdown_grace: float = Field(
+        10.0, ge=0, le=300, validation_alias="APPROVALS_SHUTDOWN_GRACE"
+    )
 
     # Serving and storage
     #: None = not set: `serve` may start the embedded server; see `redis_url_or_default`.
