@@ -53,9 +53,10 @@ def connect(
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
     """Cancel `tasks` and wait until each has really ended.
 
-    With a socket timeout, a cancellation that lands inside a Redis read can come out of
-    redis-py as a `TimeoutError` (lost cancellations, Python 3.11), which a loop that survives
-    Redis errors treats as a failure and goes on: so cancel again until the task is done.
+    A cancellation that lands inside a bounded Redis call (a socket timeout, or a timeout
+    around the call racing the cancel) can come out as a `TimeoutError` on Python 3.11 (the
+    cancellation is lost), which a loop that survives Redis errors treats as a failure and goes
+    on: so cancel again until the task is done.
     """
     pending = list(tasks)
     for task in pending:
