@@ -262,15 +262,15 @@ class Dispatcher:
 
     async def _handle(self, entry: OutboxEntry) -> None:
         # Re-read: the state may have moved on since the entry was written.
-        found = await self.ctx.store.get_many([entry.request_id])
-        request = found.get(entry.request_id)
-        if request is None:
+        found = await self.ctx.store.get_with_row(entry.request_id)
+        if found is None:
             log.info("outbox entry for a vanished request id=%s op=%s", entry.request_id, entry.op)
             return
+        request, row = found
         if entry.op == "post":
             await self._post(request)
         elif entry.op == "update":
-            await self._update(request)
+            await self._update(request, row)
             if not request.is_pending:
                 self._decided(request)
         elif entry.op == "escalated":
@@ -407,12 +407,13 @@ class Dispatcher:
         elif kind == "message" and posted:
             await self._dm_reviewers(request.model_copy(update={"message": message}))
 
-    async def _update(self, request: ApprovalRequest) -> None:
+    async def _update(self, request: ApprovalRequest, row: dict[str, str] | None = None) -> None:
+        """Draw the request on its message(s); `row` is its hash as just read, if at hand."""
         if request.message is None:
             return
         targets = [request.message]
         if not request.is_pending:
-            targets += await self._other_copies(request)
+            targets += await self._other_copies(request, row)
         failed: Exception | None = None
         unique = {(t.channel, t.ts): t for t in targets}.values()
         for target in unique:
@@ -423,10 +424,12 @@ class Dispatcher:
         if failed is not None:
             raise failed
 
-    async def _other_copies(self, request: ApprovalRequest) -> list[SlackMessage]:
+    async def _other_copies(
+        self, request: ApprovalRequest, row: dict[str, str] | None = None
+    ) -> list[SlackMessage]:
         """Every other copy of a decided request's message: recorded ones, and any in history
         after an attempt whose outcome nobody saw."""
-        recorded, attempts = await self.posting.history(request.id)
+        recorded, attempts = await self.posting.history(request.id, row)
         found = list(recorded)
         for attempt in attempts:
             if attempt.count > 1:

@@ -109,9 +109,14 @@ class Posting:
     async def release(self, request_id: str, escalations: int) -> None:
         await self.redis.delete(self.lock(request_id, escalations))
 
-    async def history(self, request_id: str) -> tuple[list[SlackMessage], list[Attempts]]:
-        """The extra copies recorded for a request and the attempts counted for each round."""
-        row: dict[str, str] = await self.redis.hgetall(self.keys.request(request_id))  # type: ignore[assignment]
+    async def history(
+        self, request_id: str, row: dict[str, str] | None = None
+    ) -> tuple[list[SlackMessage], list[Attempts]]:
+        """The extra copies recorded for a request and the attempts counted for each round;
+        from `row` (the request's hash, just read) when the caller has it."""
+        if row is None:
+            row = await self.redis.hgetall(self.keys.request(request_id))  # type: ignore[assignment]
+        assert row is not None
         copies = [SlackMessage.model_validate_json(c) for c in json.loads(row.get("copies", "[]"))]
         attempts = []
         for name, raw in row.items():

@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 
 SCRIPT_NAMES = ("create", "resolve", "set_fields", "vote", "escalate", "propose")
 OUTBOX_MAXLEN = 100_000
+#: How often (seconds) a store has the scripts refresh the TTL of the shared streams (outbox,
+#: audit) instead of on every write. Their TTL is the retention (days), so a refresh a minute
+#: keeps it; a stream exists without a TTL only if it was deleted by hand and written again
+#: within that minute.
+SHARED_TTL_REFRESH_SECONDS = 60.0
 
 _STATUS_FOR_OUTCOME: dict[str, Status] = {
     "approve": "approved",
@@ -165,6 +170,24 @@ class ApprovalStore:
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
+        self._shared_ttl_at = float("-inf")
+
+    def _refresh_shared_ttl(self, *, consume: bool = True) -> str:
+        """'1' when this call's script should (re)set the TTLs of the shared streams (outbox,
+        audit): the first write of this store, then once every `SHARED_TTL_REFRESH_SECONDS`.
+        Only streams: they stay when emptied, where an index zset vanishes with its last
+        member and is written with its TTL every time."""
+        now = time.monotonic()
+        if now - self._shared_ttl_at < SHARED_TTL_REFRESH_SECONDS:
+            return ""
+        if consume:
+            self._shared_ttl_at = now
+        return "1"
+
+    def _row(self, flat: list[Any]) -> dict[str, str]:
+        """A hash as a script returns it (HGETALL's flat list) as a dict."""
+        items = [v.decode() if isinstance(v, bytes) else str(v) for v in flat]
+        return dict(zip(items[::2], items[1::2], strict=True))
 
     def _decision_keys(self, request_id: str) -> list[str]:
         """KEYS of the scripts that take a request out of pending (resolve.lua, vote.lua)."""
@@ -246,6 +269,9 @@ class ApprovalStore:
                 _replacing,
                 "1" if request.callback is not None else "",
                 request.fingerprint,
+                # A create decided at once writes only the audit stream: it asks for the
+                # refresh without using up this minute's (the outbox would miss it).
+                self._refresh_shared_ttl(consume=decision is None),
             ],
         )
         code, request_id = int(result[0]), str(result[1])
@@ -300,6 +326,13 @@ class ApprovalStore:
                 pipe.hgetall(self.keys.request(request_id))
             rows = await pipe.execute()
         return {i: self._from_hash(row) for i, row in zip(ids, rows, strict=True) if row}
+
+    @_guard
+    async def get_with_row(self, request_id: str) -> tuple[ApprovalRequest, dict[str, str]] | None:
+        """The request and its whole hash (the Slack bookkeeping fields too: see
+        `Posting.history`) in one read; None if unknown or expired."""
+        row: dict[str, str] = await self.redis.hgetall(self.keys.request(request_id))  # type: ignore[assignment]
+        return (self._from_hash(row), row) if row else None
 
     @_guard
     async def status_many(self, request_ids: Iterable[str]) -> dict[str, str | None]:
@@ -394,12 +427,13 @@ class ApprovalStore:
                 decision.reason or "",
                 OUTBOX_MAXLEN,
                 ts(expected_deadline) if expected_deadline else "",
+                self._refresh_shared_ttl(),
             ],
         )
         code = int(result[0])
         if code == -1:
             raise NotFound(f"no approval request with id {request_id!r}")
-        request = await self.get(request_id)
+        request = self._from_hash(self._row(result[-1]))
         if code == 1:
             log.info(
                 "request decided id=%s status=%s by=%s via=%s",
@@ -478,6 +512,7 @@ class ApprovalStore:
                 "" if expected_escalations is None else str(expected_escalations),
                 proposal.version if proposal else "",
                 _arguments_json(proposal.arguments) if proposal else "",
+                self._refresh_shared_ttl(),
             ],
         )
         return await self._vote_result(request_id, result)
@@ -486,7 +521,13 @@ class ApprovalStore:
         code = int(result[0])
         if code == -1:
             raise NotFound(f"no approval request with id {request_id!r}")
-        request = await self.get(request_id)
+        # The vote script answers with the request's hash as its last element (no re-read).
+        last = result[-1]
+        request = (
+            self._from_hash(self._row(last))
+            if isinstance(last, list) and last
+            else await self.get(request_id)
+        )
         kinds: dict[
             int, Literal["decided", "recorded", "duplicate", "closed", "moved", "stale"]
         ] = {

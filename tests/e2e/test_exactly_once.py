@@ -160,16 +160,16 @@ async def test_an_entry_whose_handling_failed_is_retried(
 ) -> None:
     bot = await make_bot(dispatcher=fast())
     assert bot.ctx is not None
-    real = bot.ctx.store.get_many
+    real = bot.ctx.store.get_with_row  # the dispatcher's read of the entry's request
     failures = []
 
-    async def blip(ids: Any) -> Any:
+    async def blip(request_id: Any) -> Any:
         if not failures:
             failures.append(1)
             raise StoreUnavailable("Redis is unreachable: injected")
-        return await real(ids)
+        return await real(request_id)
 
-    monkeypatch.setattr(bot.ctx.store, "get_many", blip)
+    monkeypatch.setattr(bot.ctx.store, "get_with_row", blip)
     rid = await submit(bot)
     await slack.wait_for("chat.postMessage", 1, timeout=5, ok=True)
     assert failures == [1]

@@ -5,16 +5,16 @@
 -- ARGV[4] channel   ARGV[5] now (epoch s)   ARGV[6] a holder known to be gone ('' for none)
 -- Returns {'gone'} | {'closed', status} | {'moved'} | {'posted'} | {'busy', holder}
 --       | {'go', first earlier attempt (epoch s) or '', earlier attempts}
-local status = redis.call('HGET', KEYS[1], 'status')
+local field = 'posting:' .. ARGV[3]
+local f = redis.call('HMGET', KEYS[1], 'status', 'escalations', 'message', field)
+local status, raw = f[1], f[4]
 if not status then return {'gone'} end
 if status ~= 'pending' then return {'closed', status} end
-if (redis.call('HGET', KEYS[1], 'escalations') or '0') ~= ARGV[3] then return {'moved'} end
-if redis.call('HEXISTS', KEYS[1], 'message') == 1 then return {'posted'} end
+if (f[2] or '0') ~= ARGV[3] then return {'moved'} end
+if f[3] then return {'posted'} end
 local held = redis.call('GET', KEYS[2])
 if held and held ~= ARGV[1] and held ~= ARGV[6] then return {'busy', held} end
 redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
-local field = 'posting:' .. ARGV[3]
-local raw = redis.call('HGET', KEYS[1], field)
 local first, n = ARGV[5], 0
 if raw then
   local before = cjson.decode(raw)

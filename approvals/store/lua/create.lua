@@ -11,6 +11,9 @@
 -- ARGV[19] the id of an expired request whose call-id marker may be replaced ('' = none)
 -- KEYS[7] webhook queue stream   ARGV[20] '1' when the request has a decision callback
 -- ARGV[21] the request's fingerprint (what a decision on it applies to)
+-- ARGV[22] '1' to refresh the TTL of the shared streams (audit, outbox): the caller asks about
+--   once a minute, not on every create (no EXPIRE storm). Streams stay when emptied; the
+--   pending and deadline indexes vanish when their last member goes, so they get it always.
 -- The call-id key holds '<request id> <fingerprint>'.
 -- Returns {1, id} when created, {0, existing id} when the call_id was seen before with the
 -- same fingerprint, {2, existing id} when it was seen with a different one (a conflict:
@@ -36,7 +39,7 @@ if ARGV[7] == '1' then
 end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'created',
   'status', 'pending', 'by', ARGV[10], 'via', 'create', 'at', ARGV[3], 'route', ARGV[8])
-redis.call('EXPIRE', KEYS[6], ARGV[6])
+if ARGV[22] == '1' then redis.call('EXPIRE', KEYS[6], ARGV[6]) end
 if decided then
   redis.call('HSET', KEYS[1], 'status', ARGV[14], 'decision', ARGV[15])
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', ARGV[14],
@@ -54,5 +57,5 @@ redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[6])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1],
   'channel', ARGV[9])
-redis.call('EXPIRE', KEYS[5], ARGV[6])
+if ARGV[22] == '1' then redis.call('EXPIRE', KEYS[5], ARGV[6]) end
 return {1, ARGV[1]}

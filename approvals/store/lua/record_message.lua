@@ -6,16 +6,14 @@
 -- ARGV[1] message JSON ({"channel","ts"})   ARGV[2] escalations it was posted for
 -- Returns {0} when the request is gone | {1, status} as the message | {2, status} as a copy
 redis.call('DEL', KEYS[2])
-local status = redis.call('HGET', KEYS[1], 'status')
+local f = redis.call('HMGET', KEYS[1], 'status', 'message', 'escalations', 'copies')
+local status, current, round, raw = f[1], f[2], f[3] or '0', f[4]
 if not status then return {0} end
-local current = redis.call('HGET', KEYS[1], 'message')
 if current == ARGV[1] then return {1, status} end
-local round = redis.call('HGET', KEYS[1], 'escalations') or '0'
 if not current and round == ARGV[2] then
   redis.call('HSET', KEYS[1], 'message', ARGV[1])
   return {1, status}
 end
-local raw = redis.call('HGET', KEYS[1], 'copies')
 local copies = raw and cjson.decode(raw) or {}
 for _, copy in ipairs(copies) do
   if copy == ARGV[1] then return {2, status} end

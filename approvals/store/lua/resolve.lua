@@ -6,29 +6,40 @@
 -- ARGV[5] retention TTL (s)   ARGV[6] pub/sub channel   ARGV[7] decided by   ARGV[8] via
 -- ARGV[9] reason (may be empty)   ARGV[10] outbox max length
 -- ARGV[11] expected deadline ('' = any): for timeouts, only resolve if the deadline is unchanged
--- Returns {1, status} when this call decided, {0, status, decision JSON} when it lost,
+-- ARGV[12] '1' to refresh the TTL of the shared outbox and audit streams (the caller does it
+--   about once a minute, not on every decision: no EXPIRE storm; the webhook queue, written
+--   only for requests with a callback, always gets its TTL)
+-- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
+-- caller needs no follow-up read.
+-- Returns {1, status, hash} when this call decided, {0, status, hash} when it lost,
 -- {-1} when there is no such request.
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {-1} end
-if status ~= 'pending' then
-  return {0, status, redis.call('HGET', KEYS[1], 'decision') or ''}
-end
-if ARGV[11] ~= '' and redis.call('HGET', KEYS[1], 'deadline') ~= ARGV[11] then
-  return {0, status, ''}
+local row = redis.call('HGETALL', KEYS[1])
+if #row == 0 then return {-1} end
+local h = {}
+for i = 1, #row, 2 do h[row[i]] = i + 1 end
+local status = row[h['status']]
+if status ~= 'pending' then return {0, status, row} end
+if ARGV[11] ~= '' and (h['deadline'] and row[h['deadline']]) ~= ARGV[11] then
+  return {0, status, row}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+row[h['status']] = ARGV[2]
+if h['decision'] then row[h['decision']] = ARGV[3] else
+  row[#row + 1] = 'decision'; row[#row + 1] = ARGV[3] end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[10], '*', 'op', 'update', 'id', ARGV[1],
-  'channel', redis.call('HGET', KEYS[1], 'channel') or '')
-redis.call('EXPIRE', KEYS[4], ARGV[5])
+  'channel', h['channel'] and row[h['channel']] or '')
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[10], '*', 'id', ARGV[1], 'event', ARGV[2],
   'status', ARGV[2], 'by', ARGV[7], 'via', ARGV[8], 'at', ARGV[4], 'reason', ARGV[9])
-redis.call('EXPIRE', KEYS[5], ARGV[5])
-if redis.call('HEXISTS', KEYS[1], 'callback') == 1 then
+if ARGV[12] == '1' then
+  redis.call('EXPIRE', KEYS[4], ARGV[5])
+  redis.call('EXPIRE', KEYS[5], ARGV[5])
+end
+if h['callback'] then
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[10], '*', 'op', 'decided', 'id', ARGV[1])
   redis.call('EXPIRE', KEYS[6], ARGV[5])
 end
 redis.call('PUBLISH', ARGV[6], ARGV[1])
-return {1, ARGV[2]}
+return {1, ARGV[2], row}

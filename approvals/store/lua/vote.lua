@@ -9,28 +9,41 @@
 -- ARGV[12] expected escalations ('' = any): the voter was checked against that route
 -- ARGV[13] the version voted for ('' = the agent's own arguments; else a proposal's version)
 -- ARGV[14] edited arguments JSON for the audit entry ('' = none)
--- Returns {1, status} when this vote decided, {0, status, decision JSON} when already decided,
--- {2} when this voter had voted already, {3, approvals, quorum} when recorded and still pending,
--- {4} when the request was escalated since the voter was checked (nothing recorded),
--- {5} when the arguments were edited since the voter looked (nothing recorded),
+-- ARGV[15] '1' to refresh the TTL of the shared outbox and audit streams (about once a minute
+--   per caller, not on every vote: no EXPIRE storm; the webhook queue always gets its TTL)
+-- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
+-- caller needs no follow-up read.
+-- Returns {1, status, hash} when this vote decided, {0, status, hash} when already decided,
+-- {2, hash} when this voter had voted already, {3, approvals, quorum, hash} when recorded and
+-- still pending, {4, hash} when the request was escalated since the voter was checked,
+-- {5, hash} when the arguments were edited since the voter looked (nothing recorded by 4 or 5),
 -- {-1} when there is no such request.
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {-1} end
-if status ~= 'pending' then
-  return {0, status, redis.call('HGET', KEYS[1], 'decision') or ''}
+local row = redis.call('HGETALL', KEYS[1])
+if #row == 0 then return {-1} end
+local h = {}
+for i = 1, #row, 2 do h[row[i]] = i + 1 end
+local function field(name, default)
+  local at = h[name]
+  if at then return row[at] end
+  return default
 end
-if ARGV[12] ~= '' and (redis.call('HGET', KEYS[1], 'escalations') or '0') ~= ARGV[12] then
-  return {4}
+local function put(name, value)
+  if h[name] then row[h[name]] = value else
+    row[#row + 1] = name; row[#row + 1] = value; h[name] = #row end
 end
-if (redis.call('HGET', KEYS[1], 'proposal_version') or '') ~= ARGV[13] then return {5} end
-if redis.call('HSETNX', KEYS[1], 'vote:' .. ARGV[2], ARGV[4]) == 0 then return {2} end
+local status = field('status')
+if status ~= 'pending' then return {0, status, row} end
+if ARGV[12] ~= '' and field('escalations', '0') ~= ARGV[12] then return {4, row} end
+if field('proposal_version', '') ~= ARGV[13] then return {5, row} end
+if h['vote:' .. ARGV[2]] then return {2, row} end
+redis.call('HSET', KEYS[1], 'vote:' .. ARGV[2], ARGV[4])
+put('vote:' .. ARGV[2], ARGV[4])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'vote',
   'status', 'pending', 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[3])
-local quorum = tonumber(redis.call('HGET', KEYS[1], 'quorum') or '1')
+local quorum = tonumber(field('quorum', '1'))
 local approvals = 0
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  if string.sub(fields[i], 1, 5) == 'vote:' and cjson.decode(fields[i + 1]).outcome == 'approve' then
+for i = 1, #row, 2 do
+  if string.sub(row[i], 1, 5) == 'vote:' and cjson.decode(row[i + 1]).outcome == 'approve' then
     approvals = approvals + 1
   end
 end
@@ -38,16 +51,21 @@ local new_status = nil
 if ARGV[3] == 'deny' then new_status = 'denied' elseif approvals >= quorum then new_status = 'approved' end
 if not new_status then
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1],
-    'channel', redis.call('HGET', KEYS[1], 'channel') or '')
-  return {3, approvals, quorum}
+    'channel', field('channel', ''))
+  if ARGV[15] == '1' then
+    redis.call('EXPIRE', KEYS[4], ARGV[7])
+    redis.call('EXPIRE', KEYS[5], ARGV[7])
+  end
+  return {3, approvals, quorum, row}
 end
 redis.call('HSET', KEYS[1], 'status', new_status, 'decision', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[7])
+put('status', new_status)
+put('decision', ARGV[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1],
-  'channel', redis.call('HGET', KEYS[1], 'channel') or '')
-redis.call('EXPIRE', KEYS[4], ARGV[7])
+  'channel', field('channel', ''))
 if ARGV[14] ~= '' and new_status == 'approved' then
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', new_status,
     'status', new_status, 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[10],
@@ -56,10 +74,13 @@ else
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', new_status,
     'status', new_status, 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[10])
 end
-redis.call('EXPIRE', KEYS[5], ARGV[7])
-if redis.call('HEXISTS', KEYS[1], 'callback') == 1 then
+if ARGV[15] == '1' then
+  redis.call('EXPIRE', KEYS[4], ARGV[7])
+  redis.call('EXPIRE', KEYS[5], ARGV[7])
+end
+if h['callback'] then
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'op', 'decided', 'id', ARGV[1])
   redis.call('EXPIRE', KEYS[6], ARGV[7])
 end
 redis.call('PUBLISH', ARGV[8], ARGV[1])
-return {1, new_status}
+return {1, new_status, row}
