@@ -22,8 +22,11 @@ def describe(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
         return f"unix socket {unquote(parts.path)}"
+    tls = " (TLS)" if parts.scheme.startswith("rediss") else ""
+    if parts.scheme.endswith("+sentinel"):
+        where = parts.netloc.rsplit("@", 1)[-1]
+        return f"master {parts.path.strip('/') or '?'} via sentinels {where}{tls}"
     db = parts.path.strip("/") or "0"
-    tls = " (TLS)" if parts.scheme == "rediss" else ""
     return f"{parts.hostname or 'localhost'}:{parts.port or 6379} db {db}{tls}"
 
 

@@ -51,7 +51,7 @@ _NO_SPACE = re.compile(r"\S+")
 _REVIEWER_ID = re.compile(rf"[{REVIEWER_LETTERS}][A-Z0-9]{{2,}}")
 _CHANNEL_ID = re.compile(rf"[{CHANNEL_LETTERS}][A-Z0-9]{{2,}}")
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9_.:{}-]+")
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 #: Messages for pydantic's own error types (our validators raise their own text).
 _MESSAGES = {
@@ -204,7 +204,10 @@ def _approvals_url(value: str) -> str:
 
 def _redis_url(value: str) -> str:
     if urlsplit(value).scheme not in _REDIS_SCHEMES:
-        raise ValueError(f"must be a redis://, rediss:// or unix:// URL, e.g. {DEFAULT_REDIS_URL}")
+        raise ValueError(
+            "must be a redis://, rediss://, unix:// or redis+sentinel:// URL, "
+            f"e.g. {DEFAULT_REDIS_URL}"
+        )
     return value
 
 

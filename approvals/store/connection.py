@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 #: Connections one client may open; callers past it wait (up to `pool_timeout`).
 DEFAULT_MAX_CONNECTIONS = 32
@@ -36,18 +39,76 @@ def connect(
     commands (XREADGROUP BLOCK, pub/sub reads) are bounded by their own timeouts,
     and store operations by `DEFAULT_COMMAND_TIMEOUT`; connects still time out.
     """
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=pool_timeout,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=5.0,
-        socket_keepalive=True,
-        health_check_interval=30,
-        client_name=client_name,
-        decode_responses=True,
-    )
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "timeout": pool_timeout,
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": 5.0,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "client_name": client_name,
+        "decode_responses": True,
+    }
+    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+        return _sentinel_master(url, options)
+    pool = BlockingConnectionPool.from_url(url, **options)
     return Redis.from_pool(pool)  # closing the client closes the pool
+
+
+#: `redis+sentinel://[[user]:password@]host:port[,host:port…]/MASTER[/DB][?options]`
+#: (`rediss+sentinel://` for TLS to the sentinels and the master alike). Options:
+#: `sentinel_username`, `sentinel_password` (when the sentinels have their own ACL user),
+#: `ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`.
+SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
+_SSL_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The master's address from the sentinels (asked again on every new connection and
+    after a failover), with the blocking pool's bound: callers past it wait."""
+
+
+def _sentinel_master(url: str, options: dict[str, Any]) -> Redis:
+    """A client on the master that the sentinels in `url` name (redis-py's Sentinel
+    support: a failover closes connections to the old master; new ones go to the new)."""
+    from redis.asyncio.sentinel import Sentinel
+
+    parts = urlsplit(url)
+    where = parts.netloc.rsplit("@", 1)[-1]
+    hosts: list[tuple[str, int]] = []
+    for item in where.split(","):
+        host, _, port = item.strip().rpartition(":")
+        hosts.append((host.strip("[]") or "localhost", int(port or 26379)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError("a redis+sentinel:// URL names the master: …/MASTER_NAME[/DB]")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    tls = parts.scheme.startswith("rediss")
+    tls_options = {k: query[k] for k in _SSL_OPTIONS if k in query} if tls else {}
+    sentinel_kwargs: dict[str, Any] = {
+        "socket_connect_timeout": options["socket_connect_timeout"],
+        "socket_timeout": 5.0,
+        "ssl": tls,
+        **tls_options,
+    }
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query["sentinel_password"]
+    if "sentinel_username" in query:
+        sentinel_kwargs["username"] = query["sentinel_username"]
+    sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    master: Redis = sentinel.master_for(
+        path[0],
+        redis_class=Redis,
+        connection_pool_class=_BlockingSentinelPool,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        db=int(path[1]) if len(path) > 1 else 0,
+        ssl=tls,
+        **tls_options,
+        **options,
+    )
+    master.auto_close_connection_pool = True
+    return master
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
