@@ -19,6 +19,10 @@ import contextlib
 import gc
 import json
 import logging
+import os
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -183,7 +187,7 @@ class Cycle:
 class Rig:
     """The running bot, the emulator, the HTTP sessions and the ledger."""
 
-    bot: Bot
+    bot: Bot | None  # None with --bot-process: the bot is `approval-bot serve` in `process`
     slack: SlackEmulator
     ledger: SlackLedger
     agents: aiohttp.ClientSession
@@ -192,6 +196,8 @@ class Rig:
     run_id: str
     cycles: int = 0
     errors: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    consumer: str = ""
 
 
 async def cycle(rig: Rig, n: int) -> Cycle:
@@ -233,7 +239,7 @@ async def cycle(rig: Rig, n: int) -> Cycle:
         payload = rig.reviewer.click_payload(message, channel, ids.APPROVE)
         form = urlencode({"payload": json.dumps(payload)})
         headers = sign(form)
-        c.waiting_at_click = rig.bot.ctx.waiter.waiting if rig.bot.ctx else 0
+        c.waiting_at_click = rig.bot.ctx.waiter.waiting if rig.bot and rig.bot.ctx else 0
         c.click_sent = time.monotonic()
         async with rig.reviewer.session.post(
             f"{rig.base}/slack/events", data=form, headers=headers
@@ -345,9 +351,87 @@ def rss_peak_kib() -> int:
 # -- the run --------------------------------------------------------------------------------------
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _serve(url: str, keys: Keys, run_id: str, slack: SlackEmulator) -> tuple[Any, int]:
+    """`approval-bot serve` in its own process against the emulator, Slack pacing off (the
+    one difference from production, as in-process), once /healthz answers."""
+    port = _free_port()
+    env = dict(os.environ)
+    for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
+        env.pop(name, None)
+    env.update(
+        REDIS_URL=url,
+        APPROVALS_PREFIX=keys.prefix,
+        PORT=str(port),
+        SLACK_BOT_TOKEN=slack.token,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        APPROVALS_API_TOKENS=API_TOKEN,
+        APPROVALS_DEFAULT_CHANNEL=CHANNEL,
+        APPROVALS_SLACK_PACING="false",
+        LOG_LEVEL="WARNING",
+    )
+    exe = os.path.join(os.path.dirname(sys.executable), "approval-bot")
+    proc = subprocess.Popen([exe, "serve"], env=env)  # noqa: ASYNC220 - once, before timing
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            if proc.poll() is not None:
+                raise RuntimeError(f"approval-bot serve exited with {proc.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return proc, port
+            await asyncio.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError("approval-bot serve did not answer /healthz within 30 s")
+
+
 @contextlib.asynccontextmanager
-async def running_rig(url: str, keys: Keys, run_id: str) -> AsyncIterator[Rig]:
+async def running_rig(
+    url: str, keys: Keys, run_id: str, *, bot_process: bool = False
+) -> AsyncIterator[Rig]:
     async with SlackEmulator(channels={CHANNEL}) as slack:
+        if bot_process:
+            proc, port = await _serve(url, keys, run_id, slack)
+            ledger = SlackLedger(slack)
+            ledger.start()
+            try:
+                unlimited = aiohttp.TCPConnector(limit=0)
+                async with (
+                    aiohttp.ClientSession(connector=unlimited) as agents,
+                    aiohttp.ClientSession() as clicks,
+                ):
+                    yield Rig(
+                        bot=None,
+                        slack=slack,
+                        ledger=ledger,
+                        agents=agents,
+                        reviewer=Reviewer(REVIEWER, slack, clicks),
+                        base=f"http://127.0.0.1:{port}",
+                        run_id=run_id,
+                        process=proc,
+                    )
+            finally:
+                await ledger.stop()
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            return
         config = BotConfig(
             redis_url=url,
             prefix=keys.prefix,
@@ -385,6 +469,17 @@ async def running_rig(url: str, keys: Keys, run_id: str) -> AsyncIterator[Rig]:
             await bot.stop()
 
 
+async def _serve_consumer(admin: Redis) -> str:
+    """The consumer name of the bot process, from its Redis client name."""
+    for _ in range(50):
+        for client in await admin.client_list():
+            name = str(client.get("name", ""))
+            if name.startswith("approval-bot:"):
+                return name.removeprefix("approval-bot:")
+        await asyncio.sleep(0.1)
+    return "?"
+
+
 def exactly_once(rig: Rig, request_ids: Sequence[str]) -> dict[str, Any]:
     """Posts and updates per request at the emulator; anything but one of each is wrong."""
     posts: Counter[int] = Counter()
@@ -416,8 +511,9 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
     admin = connect(url, max_connections=4, client_name=f"bench-e2e-{run_id}")
     try:
         server = await server_name(admin)
-        async with running_rig(url, keys, run_id) as rig:
-            names = bot_client_names(rig.bot.config.consumer)
+        async with running_rig(url, keys, run_id, bot_process=args.bot_process) as rig:
+            consumer = rig.bot.config.consumer if rig.bot else await _serve_consumer(admin)
+            names = bot_client_names(consumer)
             rss_started = settled_rss()
             conns_started = await connections(admin, names)
             print(f"# warm-up: {args.warmup} cycles", flush=True)
@@ -432,6 +528,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             profiler = None
             stats_before = await command_stats(admin)
             cpu_began = time.process_time()
+            bot_cpu_began = process_cpu_s(rig.process.pid) if rig.process else 0.0
             if args.profile:
                 import cProfile
 
@@ -441,6 +538,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 loaded, loaded_s = await run_cycles(rig, args.requests, args.concurrency)
             finally:
                 cpu_s = time.process_time() - cpu_began
+                bot_cpu_s = process_cpu_s(rig.process.pid) - bot_cpu_began if rig.process else None
                 if profiler is not None:
                     profiler.disable()
                     profiler.dump_stats(args.profile)
@@ -455,7 +553,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             timed = [c.request_id for c in (*single, *loaded)]
             counts = exactly_once(rig, timed)
             failed = len(rig.errors)
-            metrics = dict(rig.bot.ctx.metrics) if rig.bot.ctx is not None else {}
+            metrics = dict(rig.bot.ctx.metrics) if rig.bot and rig.bot.ctx is not None else {}
             ledger = rig.ledger
             extra = {
                 "other_slack_calls": dict(ledger.other),
@@ -474,7 +572,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "redis_url": url,
         **machine(),
         "slack_pacing": False,
-        "one_process": True,
+        "one_process": not args.bot_process,
         "warmup_cycles": args.warmup,
         "single": {
             "cycles": len(single),
@@ -490,6 +588,10 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "cycles_per_s": round(len(loaded) / loaded_s, 1) if loaded_s else None,
             "cpu_busy_pct": round(100 * cpu_s / loaded_s, 1) if loaded_s else None,
             "cpu_ms_per_cycle": round(1000 * cpu_s / max(1, len(loaded)), 2),
+            "bot_process": bool(args.bot_process),
+            "bot_cpu_ms_per_cycle": (
+                round(1000 * bot_cpu_s / max(1, len(loaded)), 2) if bot_cpu_s is not None else None
+            ),
             "redis_commands_per_cycle": commands_per_cycle(stats_before, stats_after, len(loaded)),
             **latencies(loaded),
         },
@@ -588,10 +690,18 @@ def print_report(r: dict[str, Any]) -> None:
             ],
         )
     )
-    print(
-        "  CPU: this process's CPU time over the load phase (bot + emulator + agents + "
-        "reviewer); 100% = one core, all an event loop can use."
-    )
+    if ld.get("bot_process"):
+        print(
+            "  CPU: this process's CPU time over the load phase (emulator + agents + reviewer; "
+            "the bot runs as `approval-bot serve` in its own process); 100% = one core."
+        )
+        print(f"  bot process CPU ms/cycle (/proc/<pid>/stat): {ld['bot_cpu_ms_per_cycle']}")
+    else:
+        print(
+            "  CPU: this process's CPU time over the load phase (bot + emulator + agents + "
+            "reviewer); 100% = one core, all an event loop can use. --bot-process runs the "
+            "bot in its own process and reports its CPU separately."
+        )
     cmds = ld["redis_commands_per_cycle"]
     print(
         f"  Redis commands per cycle under load ({sum(cmds.values()):.1f}; server-wide, "
@@ -657,10 +767,11 @@ def print_report(r: dict[str, Any]) -> None:
             f"  other Slack calls: {r['other_slack_calls']}; not ok: {r['slack_calls_not_ok']}; "
             f"unmatched: {r['unmatched_slack_calls']}"
         )
-    print(
-        f"  the agent's long-poll was already waiting when the click went (1 in flight): "
-        f"{s['agent_waiting_at_click']:,}/{s['cycles']:,}"
-    )
+    if not ld.get("bot_process"):  # the Waiter's count is only visible in process
+        print(
+            f"  the agent's long-poll was already waiting when the click went (1 in flight): "
+            f"{s['agent_waiting_at_click']:,}/{s['cycles']:,}"
+        )
     if r["repolls"]:
         print(f"  note: {r['repolls']} long-polls came back pending and were repeated")
     print(f"  run time {r['elapsed_s']:.0f} s ({r['cycles_total']:,} cycles incl. warm-up)\n")
@@ -685,7 +796,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds to wait after the last cycle before counting Slack calls (default 1)",
     )
     p.add_argument("--profile", help="write a cProfile of the load phase to this file")
+    p.add_argument(
+        "--bot-process",
+        action="store_true",
+        help="run the bot as `approval-bot serve` in its own process (against the emulator, "
+        "Slack pacing off) and report its CPU ms per cycle separately",
+    )
     args = p.parse_args(argv)
+    if args.bot_process and args.profile:
+        p.error("--profile profiles this process: run it without --bot-process")
     if args.requests < 1 or args.concurrency < 1 or args.latency_cycles < 1 or args.warmup < 0:
         p.error("--requests, --concurrency and --latency-cycles must be ≥ 1, --warmup ≥ 0")
     return args
