@@ -36,6 +36,7 @@ from bot import api, embedded_redis, listeners, redis_location, slack_link
 from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions
+from bot.home import HomePublisher
 from bot.masking import outbound
 from bot.metrics import CONTENT_TYPE, METRICS
 from bot.principals import Principals
@@ -107,6 +108,7 @@ class Bot:
         self.web: web.Application | None = None
         self.runner: web.AppRunner | None = None
         self.dispatcher: Dispatcher | None = None
+        self.home: HomePublisher | None = None
         self.sweeper: Sweeper | None = None
         self.webhooks: WebhookWorker | None = None
         self.socket_handler: Any = None
@@ -187,6 +189,9 @@ class Bot:
         self.webhooks = WebhookWorker(self.ctx, cfg.consumer, cfg.webhooks)
         await self.webhooks.start()
         if slack is not None:
+            self.home = HomePublisher(self.ctx)
+            self.ctx.home = self.home
+            await self.home.start()
             self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
             await self.dispatcher.start()
         if slack is not None:
@@ -232,6 +237,7 @@ class Bot:
         for name, part in (
             ("slack link", self.slack_link),  # also closes the socket
             ("dispatcher", self.dispatcher),
+            ("home", self.home),
             ("sweeper", self.sweeper),
             ("webhooks", self.webhooks),
         ):

@@ -32,6 +32,8 @@ class BotContext:
     slack: Any = None
     #: `bot.slack_link.SlackLink` (its `state` is what /healthz says of Slack), once started.
     slack_link: Any = None
+    #: `bot.home.HomePublisher` (keeps App Home tabs current), once Slack is configured.
+    home: Any = None
     #: Longest `?wait=` the HTTP API honours, in seconds.
     max_wait_seconds: float = 60.0
     #: Largest request body the HTTP API reads, in bytes (as the hook endpoint: 4 MiB).

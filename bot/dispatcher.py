@@ -277,6 +277,8 @@ class Dispatcher:
             await self._mark_escalated(request, entry)
         else:
             log.warning("unknown outbox op=%s id=%s", entry.op, entry.request_id)
+        if self.ctx.home is not None:  # the App Home tabs that show it are looked at again
+            self.ctx.home.changed()
 
     def _decided(self, request: ApprovalRequest) -> None:
         """Count a decision once its outcome is drawn (the entry is handled once)."""

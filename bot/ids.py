@@ -36,6 +36,9 @@ RESPOND = "approval_respond"
 #: Opens the Edit… modal (approve with edited arguments, `bot/edits.py`).
 EDIT = "approval_edit"
 
+#: The slash command (`bot/home.py`), as the manifests declare it.
+SLASH_COMMAND = "/approvals"
+
 #: block_id of the actions block in a request message.
 ACTIONS_BLOCK = "approval_actions"
 

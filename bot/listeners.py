@@ -23,7 +23,7 @@ from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavaila
 from approvals.models import ApprovalRequest, GrantScope
 from approvals.service import Actor
 from approvals.store.store import VoteResult
-from bot import edits, ids, modals
+from bot import edits, home, ids, modals
 from bot.context import BotContext
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     app.view(ids.DENY_MODAL)(listeners.on_deny_submit)
     app.view(ids.INPUT_MODAL)(listeners.on_input_submit)
     app.view(ids.EDIT_MODAL)(listeners.on_edit_submit)
+    app.command(ids.SLASH_COMMAND)(listeners.on_slash)
+    app.event("app_home_opened")(listeners.on_home_opened)
     app.error(listeners.on_error)
     return listeners
 
@@ -82,9 +84,12 @@ class Listeners:
 
     async def _guarded(self, body: Body, work: Awaitable[Any], channel: str | None = None) -> None:
         """Run what a listener does after `ack()`; if Redis cannot be reached, the clicker is
-        told nothing was recorded (the request stays as it was) and it is logged."""
+        told nothing was recorded (the request stays as it was) and it is logged. A click on
+        the App Home tab redraws that tab."""
         try:
             await work
+            if (body.get("view") or {}).get("type") == "home" and self.ctx.home is not None:
+                await self.ctx.home.publish(_user(body))
         except _STORE_ERRORS as e:
             action = _action(body).get("action_id") or (body.get("view") or {}).get("callback_id")
             log.warning(
@@ -192,6 +197,48 @@ class Listeners:
         except SlackApiError as e:
             log.warning("views.open failed id=%s error=%s", request.id, e.response.get("error"))
             await self._ephemeral(body, "Slack would not open the dialog; please try again.")
+
+    # -- App Home and /approvals ---------------------------------------------------------
+
+    async def on_home_opened(self, body: Body) -> None:
+        event = body.get("event") or {}
+        user = str(event.get("user") or "")
+        if event.get("tab", "home") != "home" or not user or self.ctx.home is None:
+            return
+        try:
+            await self.ctx.home.opened(user)
+        except _STORE_ERRORS:
+            log.warning("home not published: store unavailable user=%s", user)
+
+    async def on_slash(self, ack: AsyncAck, body: Body) -> None:
+        """`/approvals`, `/approvals ID`, `/approvals help`: answered ephemerally in the ack."""
+        user = str(body.get("user_id") or "")
+        words = str(body.get("text") or "").split()
+        try:
+            answer = await self._slash_answer(user, words)
+        except _STORE_ERRORS:
+            answer = {
+                "response_type": "ephemeral",
+                "text": "The approval store is unavailable; try again.",
+            }
+        await ack(**answer)
+
+    async def _slash_answer(self, user: str, words: list[str]) -> dict[str, Any]:
+        lists = home.HomeLists(self.ctx)
+        if not words:
+            return home.slash_list((await lists.for_user(user)).waiting)
+        if words[0].lower() in ("help", "-h", "--help") or len(words) > 1:
+            return home.slash_help()
+        try:
+            request = await self.ctx.store.get(words[0])
+        except NotFound:
+            request = None
+        if request is None or not await lists.may_see(request, user):
+            return {
+                "response_type": "ephemeral",
+                "text": "No such request waits for you (or it is not one you may see).",
+            }
+        return home.slash_one(request)
 
     # -- modals ---------------------------------------------------------------------------
 

@@ -50,6 +50,11 @@ class Keys:
         return f"{self.prefix}:outbox"
 
     @property
+    def home_viewers(self) -> str:
+        """Sorted set: Slack users who opened the App Home tab, scored by when (`bot/home.py`)."""
+        return f"{self.prefix}:home_viewers"
+
+    @property
     def audit(self) -> str:
         """Stream: one entry per transition (who, what, when, via)."""
         return f"{self.prefix}:audit"

@@ -20,7 +20,7 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from bot import blocks, ids, modals
+from bot import blocks, home, ids, modals
 from bot import edits as bot_edits
 from bot.masking import mask_text, outbound
 from tests.support.secret_corpus import FAKES, Fake, leaked_piece
@@ -92,6 +92,12 @@ def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     """Everything the bot can send to Slack about `req` in its state, as the dispatcher and
     the listeners build it."""
     yield "message", blocks.message_for(req)
+    # The App Home tab and /approvals show it too: waiting while pending, else recent.
+    lists = home.Lists([req], []) if req.is_pending else home.Lists([], [req])
+    yield "home", {"view": home.home_view(lists)}
+    yield "slash one", home.slash_one(req)
+    if req.is_pending:
+        yield "slash list", home.slash_list([req])
     if not req.is_pending:
         yield "ephemeral already_decided", {"text": modals.refusal_text("already_decided", req)}
         return

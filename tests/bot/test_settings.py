@@ -355,7 +355,14 @@ def test_redact_url_leaves_urls_without_a_password_alone() -> None:
 
 # -- the Slack app manifests --
 
-SCOPES = ["channels:history", "chat:write", "groups:history", "im:write", "usergroups:read"]
+SCOPES = [
+    "channels:history",
+    "chat:write",
+    "commands",
+    "groups:history",
+    "im:write",
+    "usergroups:read",
+]
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
 
@@ -376,6 +383,14 @@ def test_http_manifest() -> None:
     }
     assert m["features"]["bot_user"]["display_name"]
     assert len(m["display_information"]["name"]) <= 35
+    assert settings["event_subscriptions"] == {
+        "request_url": "https://YOUR-HOST/slack/events",
+        "bot_events": ["app_home_opened"],
+    }
+    assert m["features"]["app_home"]["home_tab_enabled"] is True
+    (command,) = m["features"]["slash_commands"]
+    assert command["command"] == "/approvals"
+    assert command["url"] == "https://YOUR-HOST/slack/events"
 
 
 def test_socket_mode_manifest() -> None:
@@ -383,9 +398,16 @@ def test_socket_mode_manifest() -> None:
     assert sorted(m["oauth_config"]["scopes"]["bot"]) == SCOPES
     settings = m["settings"]
     assert settings["socket_mode_enabled"] is True
+    assert settings["event_subscriptions"] == {"bot_events": ["app_home_opened"]}
+    assert [c["command"] for c in m["features"]["slash_commands"]] == ["/approvals"]
+    assert "url" not in m["features"]["slash_commands"][0]
     assert settings["interactivity"] == {"is_enabled": True}
     http = manifest("slack-manifest.yaml")
-    assert m["features"] == http["features"]
+    # The same features, but for the slash command's URL (Socket Mode has none).
+    commands = [
+        {k: v for k, v in c.items() if k != "url"} for c in http["features"]["slash_commands"]
+    ]
+    assert m["features"] == {**http["features"], "slash_commands": commands}
     assert m["display_information"] == http["display_information"]
 
 

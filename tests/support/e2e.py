@@ -210,6 +210,92 @@ class Reviewer:
     ) -> int:
         return await self.send(bot, self.submit_payload(view, values))
 
+    async def _post(self, bot: Bot, body: str, content_type: str) -> int:
+        headers = sign(body) | {"Content-Type": content_type}
+        async with self.session.post(
+            f"http://127.0.0.1:{bot.port}/slack/events", data=body, headers=headers
+        ) as resp:
+            self.last_status = resp.status
+            self.last_body = await resp.text()
+            return resp.status
+
+    async def slash(self, bot: Bot, text: str = "", channel: str = "C0APPROVALS") -> int:
+        """`/approvals <text>` typed in `channel`, as Slack sends a slash command (a signed
+        form body); the bot's ephemeral answer is in `last_body`."""
+        body = urlencode(
+            {
+                "token": "legacy-unused",
+                "team_id": TEAM,
+                "team_domain": "emulated",
+                "channel_id": channel,
+                "channel_name": "approvals",
+                "user_id": self.user,
+                "user_name": self.user.lower(),
+                "command": "/approvals",
+                "text": text,
+                "api_app_id": "A0APPID",
+                "response_url": self.slack.response_url(f"cmd-{uuid.uuid4().hex[:6]}"),
+                "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
+            }
+        )
+        return await self._post(bot, body, "application/x-www-form-urlencoded")
+
+    async def open_home(self, bot: Bot, tab: str = "home") -> int:
+        """The person opens the app's Home tab: Slack's signed `app_home_opened` event."""
+        event = {
+            "type": "app_home_opened",
+            "user": self.user,
+            "channel": "D0HOME",
+            "tab": tab,
+            "event_ts": f"{time.time():.6f}",
+        }
+        body = json.dumps(
+            {
+                "token": "legacy-unused",
+                "team_id": TEAM,
+                "api_app_id": "A0APPID",
+                "event": event,
+                "type": "event_callback",
+                "event_id": "Ev" + uuid.uuid4().hex[:10].upper(),
+                "event_time": int(time.time()),
+            }
+        )
+        return await self._post(bot, body, "application/json")
+
+    def home_click_payload(
+        self, view: dict[str, Any], action_id: str, request_id: str
+    ) -> dict[str, Any]:
+        """A click on a button of the person's published Home tab (`view`)."""
+        element: dict[str, Any] = {}
+        block_id = ""
+        for block in view.get("blocks", []):
+            for el in block.get("elements", []) if block.get("type") == "actions" else []:
+                if el.get("action_id") == action_id and str(el.get("value", "")).startswith(
+                    request_id
+                ):
+                    element, block_id = el, block["block_id"]
+        assert element, f"no {action_id!r} for {request_id} on the Home tab"
+        return {
+            "type": "block_actions",
+            "user": self._user(),
+            "api_app_id": "A0APPID",
+            "token": "legacy-unused",
+            "team": {"id": TEAM, "domain": "emulated"},
+            "container": {"type": "view", "view_id": view["id"]},
+            "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
+            "view": view,
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "type": "button",
+                    "value": element["value"],
+                    "text": element.get("text"),
+                    "action_ts": f"{time.time():.6f}",
+                }
+            ],
+        }
+
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:

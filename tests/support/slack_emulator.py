@@ -194,6 +194,8 @@ class SlackEmulator:
         self.socket_acks: list[dict[str, Any]] = []
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}
         self.views: dict[str, dict[str, Any]] = {}
+        #: Each user's published App Home view (views.publish).
+        self.home_views: dict[str, dict[str, Any]] = {}
         self._dms: dict[tuple[str, ...], str] = {}
         self._faults: dict[str, deque[_Fault]] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
@@ -529,6 +531,7 @@ class SlackEmulator:
             "chat.postEphemeral": self._post_ephemeral,
             "views.open": self._views_open,
             "views.update": self._views_update,
+            "views.publish": self._views_publish,
             "usergroups.users.list": self._usergroup_users,
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
@@ -658,6 +661,31 @@ class SlackEmulator:
         view = self._view(old["id"], body.get("view"))
         view["root_view_id"] = old["root_view_id"]
         self.views[old["id"]] = view
+        return {"view": view}
+
+    def _views_publish(self, body: dict[str, Any]) -> dict[str, Any]:
+        """As Slack: a `home` view for `user_id` (who must exist when users are known), the
+        same block checks as any view, `hash_conflict` for a stale `hash`."""
+        user = str(body.get("user_id") or "")
+        if not user:
+            raise _SlackError("invalid_arguments", response_metadata={"messages": ["user_id"]})
+        if self.users is not None and user not in self.users:
+            raise _SlackError("user_not_found")
+        spec = body.get("view")
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except ValueError:
+                raise _SlackError("invalid_arguments") from None
+        if not isinstance(spec, dict) or spec.get("type") != "home":
+            raise _SlackError("invalid_arguments", response_metadata={"messages": ["not home"]})
+        old = self.home_views.get(user)
+        if body.get("hash") and old is not None and body["hash"] != old["hash"]:
+            raise _SlackError("hash_conflict")
+        view_id = old["id"] if old else f"V{uuid.uuid4().hex[:10].upper()}"
+        view = self._view(view_id, spec)
+        view["root_view_id"] = view_id
+        self.home_views[user] = view
         return {"view": view}
 
     def _view(self, view_id: str, spec: Any) -> dict[str, Any]:

@@ -487,3 +487,26 @@ async def test_outage_answers_5xx_to_everything_until_it_ends(
     assert slack.messages == {}
     slack.end_outage()
     assert (await client.chat_postMessage(channel="C1", text="x"))["ok"]
+
+
+async def test_views_publish_keeps_one_home_view_per_user() -> None:
+    async with SlackEmulator(users={"U7": {"name": "alice"}}) as slack:
+        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        home = {
+            "type": "home",
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}],
+        }
+        first = (await client.views_publish(user_id="U7", view=home))["view"]
+        assert first["type"] == "home" and slack.home_views["U7"]["blocks"] == home["blocks"]
+        again = (await client.views_publish(user_id="U7", view=home, hash=first["hash"]))["view"]
+        assert again["id"] == first["id"], "one Home view per user, republished in place"
+        err = await api_error(client.views_publish(user_id="U7", view=home, hash="stale.1"))
+        assert err.response["error"] == "hash_conflict"
+        err = await api_error(client.views_publish(user_id="U0NOBODY", view=home))
+        assert err.response["error"] == "user_not_found"
+        modal = {**home, "type": "modal", "title": {"type": "plain_text", "text": "x"}}
+        err = await api_error(client.views_publish(user_id="U7", view=modal))
+        assert err.response["error"] == "invalid_arguments"
+        too_many = {"type": "home", "blocks": [{"type": "divider"}] * 101}
+        err = await api_error(client.views_publish(user_id="U7", view=too_many))
+        assert err.response["error"] == "invalid_arguments"
