@@ -256,7 +256,6 @@ class HomePublisher:
                 log.warning("views.publish failed user=%s error=%s", user, e.response.get("error"))
                 return False
             self._published[user] = digest
-            self.ctx.count("home_publishes")
             return True
         return False
 
