@@ -48,7 +48,7 @@ Level = Literal["ok", "warning", "error"]
 
 #: The bot scopes both Slack manifests in config/ ask for (a test keeps them equal).
 MANIFEST_SCOPES = frozenset(
-    {"channels:history", "chat:write", "groups:history", "im:write", "usergroups:read"}
+    {"channels:history", "chat:write", "commands", "groups:history", "im:write", "usergroups:read"}
 )
 #: Slack refuses a signed request whose timestamp is further off than this (replay guard).
 SIGNATURE_WINDOW = 300.0

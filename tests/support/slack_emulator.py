@@ -29,6 +29,7 @@ ALL_SCOPES = frozenset(
     {
         "channels:history",
         "chat:write",
+        "commands",
         "groups:history",
         "im:write",
         "usergroups:read",
