@@ -51,7 +51,15 @@ _NO_SPACE = re.compile(r"\S+")
 _REVIEWER_ID = re.compile(rf"[{REVIEWER_LETTERS}][A-Z0-9]{{2,}}")
 _CHANNEL_ID = re.compile(rf"[{CHANNEL_LETTERS}][A-Z0-9]{{2,}}")
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9_.:{}-]+")
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
+_REDIS_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+)
 
 #: Messages for pydantic's own error types (our validators raise their own text).
 _MESSAGES = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -49,8 +49,11 @@ def connect(
         "client_name": client_name,
         "decode_responses": True,
     }
-    if urlsplit(url).scheme in SENTINEL_SCHEMES:
+    scheme = urlsplit(url).scheme
+    if scheme in SENTINEL_SCHEMES:
         return _sentinel_master(url, options)
+    if scheme in CLUSTER_SCHEMES:
+        return _cluster(url, options)
     pool = BlockingConnectionPool.from_url(url, **options)
     return Redis.from_pool(pool)  # closing the client closes the pool
 
@@ -61,6 +64,43 @@ def connect(
 #: `ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`.
 SENTINEL_SCHEMES = frozenset({"redis+sentinel", "rediss+sentinel"})
 _SSL_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
+
+
+#: `redis+cluster://[user:password@]host:port[,host:port…]` (`rediss+cluster://` for TLS):
+#: a Redis Cluster through redis-py's `RedisCluster` (slots learnt from the nodes given).
+#: Give `APPROVALS_PREFIX` a hash tag (`{approvals}`) so every key, and so every Lua
+#: script, is in one slot. Pub/sub (the waiter) goes to one node: PUBLISH reaches all.
+CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
+
+
+def _cluster(url: str, options: dict[str, Any]) -> Redis:
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    parts = urlsplit(url)
+    nodes = []
+    for item in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = item.strip().rpartition(":")
+        nodes.append(ClusterNode(host.strip("[]") or "localhost", int(port or 6379)))
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    tls = parts.scheme.startswith("rediss")
+    tls_options: dict[str, Any] = {k: query[k] for k in _SSL_OPTIONS if k in query} if tls else {}
+    cluster = RedisCluster(
+        startup_nodes=nodes,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        ssl=tls,
+        **tls_options,
+        max_connections=options["max_connections"],
+        socket_timeout=options["socket_timeout"],
+        socket_connect_timeout=options["socket_connect_timeout"],
+        socket_keepalive=options["socket_keepalive"],
+        health_check_interval=options["health_check_interval"],
+        client_name=options["client_name"],
+        decode_responses=True,
+    )
+    # Not a `Redis`, but the same commands (scripts, streams, transactions on one slot,
+    # pub/sub): the store uses it as one.
+    return cast(Redis, cluster)
 
 
 class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):

@@ -79,6 +79,8 @@ class Waiter:
         async with self._start_lock:
             if self._tasks:
                 return
+            # A Redis Cluster client learns its slots here (pub/sub picks a node by slot).
+            await self.redis.initialize()
             self._pubsub = self.redis.pubsub()
             await self._pubsub.subscribe(self.keys.decided_channel)
             self._tasks = [

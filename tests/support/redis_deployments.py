@@ -1,8 +1,11 @@
 """Real Redis deployments on loopback for the HA tests: a Sentinel group (1 master,
-1 replica, 3 sentinels). Each process is a real `redis-server` with its own directory."""
+1 replica, 3 sentinels) and a 3-master Cluster.
+Each process is a real `redis-server` with its own directory."""
 
 from __future__ import annotations
 
+import random
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -147,6 +150,83 @@ class SentinelGroup:
                     m.close()
             time.sleep(0.1)
         raise RuntimeError("the failover did not complete")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too and below 65536."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 55000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+@dataclass
+class Cluster:
+    """Three masters, no replicas (`redis-cli --cluster create`)."""
+
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cluster-")))
+    ports: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self) -> Cluster:
+        for _ in range(3):
+            port = cluster_port()
+            d = self.directory / str(port)
+            d.mkdir()
+            self.procs.append(
+                subprocess.Popen(
+                    [find_server_binary(), "--bind", "127.0.0.1", "--port", str(port),
+                     "--dir", str(d), "--save", "", "--appendonly", "no",
+                     "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                     "--cluster-node-timeout", "2000", "--protected-mode", "no"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+            self.ports.append(port)
+            _wait_ping(port)
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is needed to create the cluster")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            states = []
+            for port in self.ports:
+                c = redis.Redis(port=port, decode_responses=True)
+                try:
+                    info = c.execute_command("CLUSTER", "INFO")
+                    states.append("cluster_state:ok" in str(info))
+                finally:
+                    c.close()
+            if all(states):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("the cluster never reached state ok")
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def stop(self) -> None:
         for proc in self.procs:
