@@ -213,7 +213,7 @@ def _approvals_url(value: str) -> str:
 def _redis_url(value: str) -> str:
     if urlsplit(value).scheme not in _REDIS_SCHEMES:
         raise ValueError(
-            "must be a redis://, rediss://, unix:// or redis+sentinel:// URL, "
+            "must be a redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL, "
             f"e.g. {DEFAULT_REDIS_URL}"
         )
     return value

@@ -208,7 +208,7 @@ def test_a_missing_env_file_is_an_error(tmp_path: Path) -> None:
         ({"PORT": "65536"}, "PORT: must be between 1 and 65535"),
         ({"PORT": "http"}, "PORT: must be an integer between 1 and 65535"),
         ({"SLACK_API_URL": "slack.com/api"}, "SLACK_API_URL: must be an http(s) URL"),
-        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL: must be a redis://, rediss://, unix:// or redis+sentinel://"),
+        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL: must be a redis://, rediss://"),
         ({"APPROVALS_URL": "ftp://bot"}, "APPROVALS_URL: must be an http(s) URL"),
         ({"APPROVALS_REVIEWERS": "U01ALICE,bob"}, "APPROVALS_REVIEWERS: 'bob': not a Slack"),
         ({"APPROVALS_REVIEWERS": "C0123"}, "APPROVALS_REVIEWERS: 'C0123': not a Slack user id"),
