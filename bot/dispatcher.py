@@ -341,7 +341,14 @@ class Dispatcher:
         m = self.ctx.metrics
         m.slack_posts.labels(how="posted").inc()
         m.create_to_posted.labels(route=m.route(request.route)).observe(_since(request.created_at))
-        log.info("posted id=%s channel=%s ts=%s", request.id, posted.channel, posted.ts)
+        log.info(
+            "posted id=%s channel=%s ts=%s route=%s principal=%s",
+            request.id,
+            posted.channel,
+            posted.ts,
+            request.route,
+            request.principal or "-",
+        )
         await self._recorded(request, posted, posted=True)
 
     async def _begin(self, request: ApprovalRequest, channel: str) -> Any:

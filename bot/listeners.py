@@ -388,7 +388,13 @@ class Listeners:
         self.ctx.metrics.slack_clicks.labels(result=result.status).inc()
         await self._explain(body, result, channel)
         log.info(
-            "click id=%s user=%s outcome=%s result=%s", request_id, user, outcome, result.status
+            "click id=%s user=%s outcome=%s result=%s route=%s principal=%s",
+            request_id,
+            user,
+            outcome,
+            result.status,
+            result.request.route,
+            result.request.principal or "-",
         )
         return result
 

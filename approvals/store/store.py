@@ -288,10 +288,11 @@ class ApprovalStore:
             )
         if created:
             log.info(
-                "request created id=%s tool=%s route=%s",
+                "request created id=%s tool=%s route=%s principal=%s",
                 request_id,
                 request.event.tool_name,
                 request.route,
+                request.principal or "-",
             )
             return CreateResult(request, True)
         try:
@@ -436,11 +437,13 @@ class ApprovalStore:
         request = self._from_hash(self._row(result[-1]))
         if code == 1:
             log.info(
-                "request decided id=%s status=%s by=%s via=%s",
+                "request decided id=%s status=%s by=%s via=%s route=%s principal=%s",
                 request_id,
                 new_status,
                 decision.decided_by,
                 decision.via,
+                request.route,
+                request.principal or "-",
             )
         return ResolveResult(code == 1, request)
 

@@ -116,3 +116,32 @@ def test_log_format_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
     with pytest.raises(ValueError):
         logs.configure("INFO", "xml")
+
+
+async def test_a_requests_lifecycle_lines_carry_id_route_and_principal(
+    make_bot: Any, slack: Any, reviewer: Any, http: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LOG_FORMAT=json on a real flow: created, posted and the deciding click name all
+    three."""
+    from bot import ids
+    from bot.principals import derived_name
+    from tests.support.e2e import posted_message
+
+    caplog.set_level(logging.INFO)
+    bot = await make_bot()
+    async with http.post(
+        f"http://127.0.0.1:{bot.port}/v1/approvals",
+        json={"tool_name": "deploy", "arguments": {}},
+        headers={"Authorization": "Bearer test-token"},
+    ) as resp:
+        rid = (await resp.json())["id"]
+    await slack.wait_for("chat.postMessage", 1)
+    channel, message = posted_message(slack, rid)
+    await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE)
+    await bot.ctx.waiter.wait(rid, 10)
+    lines = [json.loads(logs.JsonFormatter().format(r)) for r in caplog.records]
+    mine = {line["event"]: line for line in lines if line["request_id"] == rid}
+    for event in ("request created", "posted", "click"):
+        assert event in mine, sorted(mine)
+        assert mine[event]["route"] == "default", mine[event]
+        assert mine[event]["principal"] == derived_name("test-token"), mine[event]
