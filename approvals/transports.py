@@ -16,11 +16,10 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import aiohttp
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from approvals.approval import Approval, already_decided
 from approvals.callbacks import Callback
@@ -34,13 +33,14 @@ from approvals.errors import (
     error_class,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent
-from approvals.policy import Policy
-from approvals.policy_file import build_policy
-from approvals.service import ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
+
+if TYPE_CHECKING:  # the Redis side loads only when used: an HTTP client never needs it
+    from redis.asyncio import Redis
+
+    from approvals.policy import Policy
+    from approvals.service import ApprovalService
+    from approvals.store.keys import Keys
+    from approvals.store.waiting import Waiter
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,10 @@ class RedisTransport(ServiceTransport):
         policy: Policy | None = None,
         owns_redis: bool = True,
     ) -> None:
+        from approvals.service import ApprovalService
+        from approvals.store.store import ApprovalStore
+        from approvals.store.waiting import Waiter
+
         service = ApprovalService(ApprovalStore(redis, keys), policy)
         super().__init__(service, Waiter(redis, keys, store=service.store))
         self.redis = redis
@@ -176,6 +180,9 @@ class RedisTransport(ServiceTransport):
     def from_url(
         cls, url: str, *, prefix: str = "approvals", policy: Policy | None = None
     ) -> RedisTransport:
+        from approvals.store.connection import connect
+        from approvals.store.keys import Keys
+
         return cls(connect(url, client_name="approval-client"), Keys(prefix), policy=policy)
 
     async def aclose(self) -> None:
@@ -479,6 +486,8 @@ def transport_factory(env: Mapping[str, str] | None = None) -> TransportFactory:
         return (source.get(name) or "").strip() or None
 
     def redis_setup(redis_url: str) -> TransportFactory:
+        from approvals.policy_file import build_policy
+
         prefix = get("APPROVALS_PREFIX") or "approvals"
         reviewers = tuple(
             r.strip() for r in (get("APPROVALS_REVIEWERS") or "").split(",") if r.strip()

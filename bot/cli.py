@@ -59,7 +59,8 @@ class _Version(argparse.Action):
             found = version("approval-bot")
         except PackageNotFoundError:
             found = "unknown (not installed)"
-        parser.exit(message=f"approval-bot {found}\n")
+        print(f"approval-bot {found}")
+        parser.exit()
 
 
 def since(text: str) -> datetime:
@@ -123,7 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-id")
     p.add_argument("--agent", default="cli")
     p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
-    p.add_argument("--wait", type=duration, help="seconds to wait (default: until decided)")
+    p.add_argument(
+        "--allow-for-session",
+        action="store_true",
+        help="let the reviewer also approve later calls of this session (needs --session-id)",
+    )
+    p.add_argument(
+        "--wait",
+        type=duration,
+        help="seconds to wait (default: until decided); Ctrl-C withdraws the request",
+    )
     p.add_argument("--json", action="store_true", help="print the approval object")
 
     p = sub.add_parser("policy", help="policy files")
@@ -254,12 +264,14 @@ def open_client(settings: Settings) -> ApprovalClient:
     """The bot's HTTP API when APPROVALS_URL is set, else its Redis (`choose_transport`)."""
     from approvals.client import ApprovalClient
     from approvals.errors import InvalidRequest
-    from approvals.store.connection import connect
-    from approvals.store.keys import Keys
-    from approvals.transports import RedisTransport, TransportFactory, choose_transport
-    from bot.commands import CliError, policy_for
+    from approvals.transports import TransportFactory, choose_transport
 
-    def redis_setup() -> TransportFactory:
+    def redis_setup() -> TransportFactory:  # only when no APPROVALS_URL: Redis loads here
+        from approvals.store.connection import connect
+        from approvals.store.keys import Keys
+        from approvals.transports import RedisTransport
+        from bot.commands import policy_for
+
         policy = policy_for(settings)
         return lambda: RedisTransport(
             connect(redis_url(settings), client_name="approval-bot-cli"),
@@ -271,6 +283,8 @@ def open_client(settings: Settings) -> ApprovalClient:
     try:
         factory = choose_transport(settings.approvals_url, token, redis_setup)
     except InvalidRequest as e:
+        from bot.commands import CliError
+
         raise CliError(e.message) from e
     return ApprovalClient(factory())
 
@@ -300,6 +314,10 @@ async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
         await store.redis.aclose()
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
     """`policy check FILE`: exit 0 and a summary when valid, 1 and every problem when not."""
     from approvals.policy_file import PolicyError, build_policy
@@ -311,7 +329,10 @@ def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
     except PolicyError as e:
         print(e.message, file=sys.stderr)
         return 1
-    print(f"{path}: ok — {len(policy.routes)} routes, {len(policy.rules)} rules", file=out)
+    print(
+        f"{path}: ok — {plural(len(policy.routes), 'route')}, {plural(len(policy.rules), 'rule')}",
+        file=out,
+    )
     for name, route in policy.routes.items():
         reviewers = ", ".join(route.reviewers) or "anyone"
         print(

@@ -8,16 +8,19 @@ and exit statuses are `bot.cli`'s.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import getpass
 import json
 import sys
 from datetime import datetime
 from typing import TextIO
 
+from pydantic import ValidationError
+
 from approvals.approval import Approval, already_decided, approval_object
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalTimeout, InvalidRequest
-from approvals.models import ApprovalConfig, ApprovalRequest
+from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.policy import Policy
 from approvals.policy_file import build_policy
 from approvals.service import Actor, ApprovalService
@@ -156,7 +159,7 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     lines.append(
         f"created:    {request.created_at.isoformat()} ({ago(request.created_at, now)} ago)"
     )
-    if request.deadline_at:
+    if request.deadline_at and request.status == "pending":  # a decided one has none left
         lines.append(
             f"deadline:   {request.deadline_at.isoformat()} ({ago(request.deadline_at, now)})"
         )
@@ -245,6 +248,55 @@ async def cmd_audit(args: argparse.Namespace, store: ApprovalStore, out: TextIO)
 # -- commands through the client -----------------------------------------------------------
 
 
+#: The `request` flag that sets each field, for error lines.
+_REQUEST_FLAGS = {
+    "tool_name": "--tool",
+    "arguments": "--args",
+    "kind": "--kind",
+    "options": "--options",
+    "prompt": "--prompt",
+    "sensitivity": "--sensitivity",
+    "deadline_seconds": "--deadline",
+    "call_id": "--call-id",
+    "session_id": "--session-id",
+    "agent": "--agent",
+}
+
+
+def request_problems(error: ValidationError) -> list[str]:
+    """One line per problem, naming the flag: `--options: must be unique`."""
+    lines = []
+    for err in error.errors(include_url=False, include_input=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        flag = _REQUEST_FLAGS.get(field, field or "request")
+        ctx = err.get("ctx") or {}
+        if err["type"] == "value_error":
+            message = str(ctx.get("error", err["msg"]))
+        elif err["type"] == "string_too_short" and ctx.get("min_length") == 1:
+            message = "must not be empty"
+        elif err["type"] == "string_too_long":
+            message = f"must be at most {ctx.get('max_length')} characters"
+        else:
+            message = err["msg"][:1].lower() + err["msg"][1:]
+        if not err["loc"] and message.startswith("kind 'choice'"):
+            flag = "--kind choice"
+            message = "needs --options (a comma-separated list)"
+        lines.append(f"{flag}: {message}")
+    return lines
+
+
+async def withdraw(client: ApprovalClient, request_id: str) -> None:
+    """Cancel a request its requester stopped waiting for (its Slack message says so)."""
+    try:
+        await asyncio.wait_for(
+            client.cancel(request_id, reason="the requester stopped waiting (Ctrl-C)"), 5
+        )
+    except Exception as e:
+        print(f"could not withdraw {request_id}: {e}", file=sys.stderr)
+    else:
+        print(f"withdrew {request_id}", file=sys.stderr)
+
+
 async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
     try:
         arguments = json.loads(args.args)
@@ -253,6 +305,7 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
     if not isinstance(arguments, dict):
         raise CliError('--args must be a JSON object, e.g. \'{"env": "prod"}\'')
     options = tuple(o.strip() for o in args.options.split(",")) if args.options else None
+    problems: list[str] = []
     try:
         config = ApprovalConfig(
             kind=args.kind,
@@ -260,9 +313,22 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
             prompt=args.prompt,
             sensitivity=args.sensitivity,
             deadline_seconds=args.deadline,
+            allow_for_session=getattr(args, "allow_for_session", False),
         )
-    except ValueError as e:
-        raise CliError(f"invalid request: {e}") from e
+    except ValidationError as e:
+        problems += request_problems(e)
+    try:
+        ApprovalEvent(
+            tool_name=args.tool,
+            arguments=arguments,
+            call_id=args.call_id,
+            session_id=args.session_id,
+            agent=args.agent,
+        )
+    except ValidationError as e:
+        problems += request_problems(e)
+    if problems:
+        raise CliError("invalid request:\n" + "\n".join(problems))
     approval = await client.request(
         args.tool,
         arguments,
@@ -273,9 +339,12 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
         route=args.route,
     )
     if approval.is_pending:
-        print(f"waiting for a decision on {approval.id} …", file=sys.stderr)
+        print(f"waiting for a decision on {approval.id} … (Ctrl-C withdraws it)", file=sys.stderr)
         try:
             approval = await client.wait(approval.id, args.wait)
+        except asyncio.CancelledError:  # Ctrl-C: nobody waits for the answer any more
+            await withdraw(client, approval.id)
+            raise
         except ApprovalTimeout as e:
             print(
                 f"timeout: {e.message} (still pending: approval-bot show {approval.id})",

@@ -7,6 +7,9 @@ import asyncio
 import functools
 import io
 import json
+import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from bot.hook_command import hook_options
 from bot.settings import VARIABLES
 from tests import support
 
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "config" / "policy.example.yaml"
 
 
@@ -249,7 +253,7 @@ async def test_request_exit_codes(
     assert await cli("request", "--tool", "x", "--args", "[1]") == 2
     assert "--args must be a JSON object" in capsys.readouterr().err
     assert await cli("request", "--tool", "x", "--kind", "choice") == 2
-    assert "needs a non-empty 'options'" in capsys.readouterr().err
+    assert "--kind choice: needs --options" in capsys.readouterr().err
 
 
 async def test_request_over_http(
@@ -495,3 +499,81 @@ async def test_a_hook_that_cannot_read_its_configuration_still_blocks(
     captured = capsys.readouterr()
     assert "APPROVALS_ENV_FILE" in deny_reason(captured.out)
     assert "APPROVALS_ENV_FILE" in captured.err and "Traceback" not in captured.err
+
+
+# -- the first hour: messages, --version, Ctrl-C -------------------------------------------------
+
+
+def test_version_and_help_need_no_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("approval-bot 0.")
+
+
+async def test_request_validation_is_one_line_per_problem(
+    cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await cli("request", "--tool", "", "--prompt", "") == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "approval-bot: invalid request:",
+        "--prompt: must not be empty",
+        "--tool: must not be empty",
+    ], err
+    assert await cli("request", "--tool", "x", "--kind", "choice") == 2
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        "--kind choice: needs --options (a comma-separated list)"
+    ]
+    assert await cli("request", "--tool", "x", "--kind", "choice", "--options", "a,a") == 2
+    assert capsys.readouterr().err.splitlines()[1:] == ["--options: options must be unique"]
+
+
+async def test_show_a_decided_request_has_no_deadline_ahead(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = await submit(ctx, "deploy", deadline_seconds=600)
+    assert await cli("show", request.id) == 0
+    assert "deadline:" in capsys.readouterr().out
+    await ctx.service.decide(request.id, "approve", support.REVIEWER)
+    assert await cli("show", request.id) == 0
+    out = capsys.readouterr().out
+    assert "deadline:" not in out and "(in " not in out
+
+
+def test_policy_check_says_1_route(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    one = tmp_path / "one.yaml"
+    one.write_text("routes:\n  default: {channel: C0APPROVALS}\n")
+    assert main(["policy", "check", str(one)]) == 0
+    assert "ok — 1 route, 0 rules" in capsys.readouterr().out
+
+
+async def test_ctrl_c_on_request_wait_withdraws_it(
+    redis_url: str, ctx: BotContext, tmp_path: Path
+) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(
+        REDIS_URL=redis_url, APPROVALS_PREFIX=ctx.keys.prefix, APPROVALS_DEFAULT_CHANNEL="C0X"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "request", "--tool", "deploy", "--wait", "60",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        pending = await support.eventually(ctx.store.list_pending, what="the request")
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, err.decode()
+    request = await ctx.store.get(pending[0].id)
+    assert request.status == "cancelled", "withdrawn, not left pending"
+    assert f"withdrew {request.id}" in err.decode()
