@@ -86,8 +86,8 @@ def parse_policy(
 ) -> Policy:
     """Validate and cross-check parsed policy data; `PolicyError` lists every problem found.
 
-    Field problems are all reported together; cross-reference problems are
-    looked for once the fields are valid.
+    Every problem is reported at once: the field problems, and beside them the route
+    references that can be checked on the raw data; the rest once the fields are valid.
     """
     routes = data.get("routes") if isinstance(data, dict) else None
     if default_channel is not None and isinstance(data, dict) and isinstance(routes, dict | None):
@@ -101,11 +101,37 @@ def parse_policy(
     try:
         policy = Policy.model_validate(data)
     except ValidationError as e:
-        raise PolicyError(format_errors(source, e)) from e
+        early = [f"{source}: {problem}" for problem in raw_reference_problems(data)]
+        raise PolicyError([*format_errors(source, e), *early]) from e
     problems = reference_problems(policy)
     if problems:
         raise PolicyError([f"{source}: {problem}" for problem in problems])
     return policy
+
+
+def raw_reference_problems(data: Any) -> list[str]:
+    """The route references that can be checked while some fields are still invalid (so one
+    `policy check` reports them beside the field errors): rules' and escalations' route
+    names, and an `escalate` with nowhere to go. Same lines as `reference_problems`."""
+    routes = data.get("routes") if isinstance(data, dict) else None
+    if not isinstance(routes, dict):
+        return []
+    known = ", ".join(str(name) for name in routes) or "none"
+    out: list[str] = []
+    for name, route in routes.items():
+        if not isinstance(route, dict):
+            continue
+        at, to = f"routes.{name}", route.get("escalate_to")
+        if route.get("on_timeout") == "escalate" and to is None:
+            out.append(f"{at}.escalate_to: required when on_timeout is 'escalate'")
+        elif isinstance(to, str) and to not in routes:
+            out.append(f"{at}.escalate_to: unknown route {to!r} (routes: {known})")
+    rules = data.get("rules") if isinstance(data, dict) else None
+    for i, rule in enumerate(rules if isinstance(rules, list) else []):
+        target = rule.get("route") if isinstance(rule, dict) else None
+        if isinstance(target, str) and target not in routes:
+            out.append(f"rules[{i}].route: unknown route {target!r} (routes: {known})")
+    return out
 
 
 def reference_problems(policy: Policy) -> list[str]:

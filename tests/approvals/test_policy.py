@@ -668,3 +668,20 @@ def test_a_rule_quorum_larger_than_its_routes_reviewers_is_refused() -> None:
     assert caught.value.problems == [
         "p.yaml: rules[2].quorum: quorum 3 needs at least 3 reviewers; route 'pair' lists 2"
     ]
+
+
+def test_field_errors_and_route_references_are_reported_together(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text(
+        "routes:\n"
+        "  default: {channel: C0A, quorum: 0}\n"
+        "  ops: {channel: C0B, on_timeout: escalate, deadline_seconds: 60}\n"
+        "rules:\n"
+        "  - {name: r, action: ask, route: nowhere, match: {tool: x}}\n"
+    )
+    with pytest.raises(PolicyError) as found:
+        load_policy(bad)
+    lines = found.value.message.splitlines()
+    assert any("routes.default.quorum" in line for line in lines), lines
+    assert f"{bad}: routes.ops.escalate_to: required when on_timeout is 'escalate'" in lines
+    assert any(line.startswith(f"{bad}: rules[0].route: unknown route 'nowhere'") for line in lines)

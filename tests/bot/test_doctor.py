@@ -160,9 +160,7 @@ async def test_a_channel_that_does_not_exist_and_one_without_the_bot(
         yaml.safe_dump({"routes": {"ops": {"channel": "C0OPS"}, "sec": {"channel": "C0GONE"}}})
     )
     async with SlackEmulator(channels={CHANNEL, "C0OPS"}, not_in_channels={"C0OPS"}) as slack:
-        found = await diagnose(
-            env(slack, good_redis, APPROVALS_POLICY_FILE=str(policy)), tmp_path
-        )
+        found = await diagnose(env(slack, good_redis, APPROVALS_POLICY_FILE=str(policy)), tmp_path)
     assert found[f"slack.channel.{CHANNEL}"].level == "ok"
     assert found["slack.channel.C0OPS"].level == "error"
     assert "/invite" in found["slack.channel.C0OPS"].fix
