@@ -270,6 +270,8 @@ class ApprovalRequest(BaseModel):
     requested_route: str | None = Field(default=None, max_length=100)
     #: A reviewer's edit awaiting the quorum's votes (`approvals/edits.py`).
     proposal: Proposal | None = None
+    #: A Slack user id the caller asked to be told the outcome (a DM); never an actor.
+    notify: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,20}$")
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:

@@ -195,6 +195,12 @@ class Route(BaseModel):
     #: can run an edited call (`approvals/edits.py`).
     allow_edits: bool = True
     dm_reviewers: bool = False
+    #: Remind reviewers who have not acted this long after the request was asked
+    #: (`bot/reminders.py`), then every `remind_every` seconds; `remind_via`: a DM to each,
+    #: or one reply in the message's thread.
+    remind_after: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    remind_every: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
+    remind_via: Literal["dm", "thread"] = "dm"
 
 
 class Rule(BaseModel):

@@ -110,6 +110,7 @@ class ApprovalService:
         requester: str | None = None,
         metadata: dict[str, Any] | None = None,
         callback: Callback | None = None,
+        notify: str | None = None,
     ) -> CreateResult:
         """Create the request for `event`, asked by `principal` (the caller's identity, from
         its credentials; None for trusted in-process callers). A policy `allow`/`deny` or a
@@ -165,6 +166,7 @@ class ApprovalService:
             requested_route=route,
             metadata=metadata or {},
             callback=callback,
+            notify=notify,
             deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
         )
         # A policy allow/deny or a session grant decides at creation, in the same Lua

@@ -257,6 +257,7 @@ class ApprovalsAPI:
             route=body.route,
             metadata=body.metadata,
             callback=body.callback,
+            notify=body.notify,
         )
         created, is_new = result.request, result.created
         m = self.ctx.metrics

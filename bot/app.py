@@ -40,6 +40,7 @@ from bot.home import HomePublisher
 from bot.masking import outbound
 from bot.metrics import CONTENT_TYPE, METRICS
 from bot.principals import Principals
+from bot.reminders import Reminders
 from bot.slack_client import MaskingWebClient
 from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
@@ -109,6 +110,7 @@ class Bot:
         self.runner: web.AppRunner | None = None
         self.dispatcher: Dispatcher | None = None
         self.home: HomePublisher | None = None
+        self.reminders: Reminders | None = None
         self.sweeper: Sweeper | None = None
         self.webhooks: WebhookWorker | None = None
         self.socket_handler: Any = None
@@ -192,6 +194,9 @@ class Bot:
             self.home = HomePublisher(self.ctx)
             self.ctx.home = self.home
             await self.home.start()
+            self.reminders = Reminders(self.ctx, max(1.0, cfg.sweep_interval))
+            self.ctx.reminders = self.reminders
+            await self.reminders.start()
             self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
             await self.dispatcher.start()
         if slack is not None:
@@ -238,6 +243,7 @@ class Bot:
             ("slack link", self.slack_link),  # also closes the socket
             ("dispatcher", self.dispatcher),
             ("home", self.home),
+            ("reminders", self.reminders),
             ("sweeper", self.sweeper),
             ("webhooks", self.webhooks),
         ):

@@ -34,6 +34,8 @@ class BotContext:
     slack_link: Any = None
     #: `bot.home.HomePublisher` (keeps App Home tabs current), once Slack is configured.
     home: Any = None
+    #: `bot.reminders.Reminders` (reminders, decision notices), once Slack is configured.
+    reminders: Any = None
     #: Longest `?wait=` the HTTP API honours, in seconds.
     max_wait_seconds: float = 60.0
     #: Largest request body the HTTP API reads, in bytes (as the hook endpoint: 4 MiB).

@@ -279,6 +279,8 @@ class Dispatcher:
             log.warning("unknown outbox op=%s id=%s", entry.op, entry.request_id)
         if self.ctx.home is not None:  # the App Home tabs that show it are looked at again
             self.ctx.home.changed()
+        if self.ctx.reminders is not None and not request.is_pending and request.notify:
+            await self.ctx.reminders.notify_decided(request)
 
     def _decided(self, request: ApprovalRequest) -> None:
         """Count a decision once its outcome is drawn (the entry is handled once)."""

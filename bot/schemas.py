@@ -55,6 +55,8 @@ class CreateApproval(BaseModel):
     path: str | None = Field(default=None, max_length=4096)
     cwd: str | None = Field(default=None, max_length=4096)
     permissions: dict[str, Any] | None = None
+    #: A Slack user id (`U…`/`W…`) to DM the outcome to once decided: told, never an actor.
+    notify: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,20}$")
     #: A JSON Schema the arguments satisfy: a reviewer's edit is checked against it.
     arguments_schema: dict[str, Any] | None = None
     #: A signed webhook to this URL once decided (the policy's callbacks.allowed_hosts).

@@ -92,6 +92,11 @@ def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     """Everything the bot can send to Slack about `req` in its state, as the dispatcher and
     the listeners build it."""
     yield "message", blocks.message_for(req)
+    # Reminders and decision notices (`bot/reminders.py`) send the rendered fallback text.
+    if req.is_pending:
+        yield "reminder", {"text": f"⏰ Reminder: {blocks.request_message(req)['text']}"}
+    else:
+        yield "notice", {"text": f"Decided. {blocks.decided_message(req)['text']}"}
     # The App Home tab and /approvals show it too: waiting while pending, else recent.
     lists = home.Lists([req], []) if req.is_pending else home.Lists([], [req])
     yield "home", {"view": home.home_view(lists)}

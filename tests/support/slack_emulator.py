@@ -533,6 +533,7 @@ class SlackEmulator:
             "views.open": self._views_open,
             "views.update": self._views_update,
             "views.publish": self._views_publish,
+            "chat.getPermalink": self._get_permalink,
             "usergroups.users.list": self._usergroup_users,
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
@@ -663,6 +664,15 @@ class SlackEmulator:
         view["root_view_id"] = old["root_view_id"]
         self.views[old["id"]] = view
         return {"view": view}
+
+    def _get_permalink(self, body: dict[str, Any]) -> dict[str, Any]:
+        """As Slack: the message's link, `message_not_found` for one that is not there."""
+        channel = self._channel(body)
+        ts = str(body.get("message_ts") or "")
+        if (channel, ts) not in self.messages:
+            raise _SlackError("message_not_found")
+        link = f"https://emulated.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        return {"channel": channel, "permalink": link}
 
     def _views_publish(self, body: dict[str, Any]) -> dict[str, Any]:
         """As Slack: a `home` view for `user_id` (who must exist when users are known), the

@@ -1,0 +1,127 @@
+"""Reminders and decision notices end to end, on the store's clock passed in (no sleeping
+for the schedule): DMs with the message's permalink to reviewers who have not acted, a
+thread reply per route, nothing once the request ends, the requester's notice."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+
+from approvals.models import ApprovalEvent
+from approvals.policy_file import parse_policy
+from bot import ids
+from bot.app import Bot
+from tests.support import eventually
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
+from tests.support.slack_emulator import SlackEmulator
+
+TOKEN = "xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx"
+
+
+def policy(**route: Any) -> Any:
+    base = {"channel": CHANNEL, "reviewers": ["U0ALICE", "U0BOB"], "remind_after": 60}
+    return parse_policy({"routes": {"default": {**base, **route}}}, source="test")
+
+
+async def asked(bot: Bot, slack: SlackEmulator) -> Any:
+    assert bot.ctx is not None
+    request = await bot.ctx.service.submit(
+        ApprovalEvent(tool_name="deploy", arguments={"env": "prod", "token": TOKEN})
+    )
+    await eventually(lambda: bool(slack.calls_to("chat.postMessage")))
+    return await eventually(lambda: posted(bot, request.id))
+
+
+async def posted(bot: Bot, request_id: str) -> Any:
+    """The request once its message is recorded, else None."""
+    assert bot.ctx is not None
+    request = await bot.ctx.store.get(request_id)
+    return request if request.message is not None else None
+
+
+def dms_to(slack: SlackEmulator) -> list[tuple[str, str]]:
+    """(user, text) of each reminder DM, in order."""
+    opened = {
+        c.response["channel"]["id"]: c.body["users"]
+        for c in slack.calls_to("conversations.open")
+        if c.response
+    }
+    return [
+        (opened[c.body["channel"]], c.body["text"])
+        for c in slack.calls_to("chat.postMessage")
+        if c.body["channel"] in opened
+    ]
+
+
+async def test_reviewers_who_have_not_acted_are_reminded_until_it_ends(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    for user in ("U0ALICE", "U0BOB"):
+        slack.add_user(user)
+    bot = await make_bot(policy(remind_every=120, quorum=2))
+    assert bot.ctx is not None and bot.reminders is not None
+    req = await asked(bot, slack)
+    at = req.created_at
+    assert await bot.reminders.remind_due(at + timedelta(seconds=30)) == 0, "not yet"
+    assert await bot.reminders.remind_due(at + timedelta(seconds=61)) == 2
+    assert await bot.reminders.remind_due(at + timedelta(seconds=90)) == 0, "each round once"
+    sent = dms_to(slack)
+    assert sorted(u for u, _ in sent) == ["U0ALICE", "U0BOB"]
+    link = f"https://emulated.slack.com/archives/{CHANNEL}/p{req.message.ts.replace('.', '')}"
+    assert all(link in text for _, text in sent)
+    assert all(TOKEN not in json.dumps(c.body) for c in slack.calls)
+
+    # Alice votes: the next round reminds only Bob.
+    channel, message = posted_message(slack, req.id)
+    alice: Reviewer = reviewer("U0ALICE")
+    assert await alice.click(bot, message, channel, ids.APPROVE) == 200
+
+    async def voted() -> bool:
+        return len((await bot.ctx.store.get(req.id)).votes) == 1  # type: ignore[union-attr]
+
+    await eventually(voted)
+    assert await bot.reminders.remind_due(at + timedelta(seconds=185)) == 1
+    assert [u for u, _ in dms_to(slack)][2:] == ["U0BOB"]
+
+    # Bob decides: no reminder after the end.
+    assert await reviewer("U0BOB").click(bot, message, channel, ids.APPROVE) == 200
+    await bot.ctx.waiter.wait(req.id, timeout=10)
+    assert await bot.reminders.remind_due(at + timedelta(seconds=1000)) == 0
+
+
+async def test_a_thread_reply_per_route(make_bot: BotFactory, slack: SlackEmulator) -> None:
+    bot = await make_bot(policy(remind_via="thread"))
+    assert bot.reminders is not None
+    req = await asked(bot, slack)
+    assert await bot.reminders.remind_due(req.created_at + timedelta(seconds=61)) == 1
+    (reply,) = [c for c in slack.calls_to("chat.postMessage") if c.body.get("thread_ts")]
+    assert reply.body["channel"] == CHANNEL and reply.body["thread_ts"] == req.message.ts
+    assert "<@U0ALICE>" in reply.body["text"] and "<@U0BOB>" in reply.body["text"]
+    assert TOKEN not in reply.body["text"]
+    assert not slack.calls_to("conversations.open")
+
+
+async def test_the_requester_is_told_the_outcome(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, http: aiohttp.ClientSession
+) -> None:
+    slack.add_user("U0REQ")
+    bot = await make_bot(policy())
+    assert bot.ctx is not None
+    url = f"http://127.0.0.1:{bot.port}/v1/approvals"
+    headers = {"Authorization": "Bearer test-token"}
+    body = {"tool_name": "deploy", "arguments": {"token": TOKEN}, "notify": "not a user id"}
+    async with http.post(url, json=body, headers=headers) as resp:
+        assert resp.status == 422, "a notify target is a Slack user id, nothing else"
+    async with http.post(url, json={**body, "notify": "U0REQ"}, headers=headers) as resp:
+        assert resp.status == 201, await resp.text()
+        rid = (await resp.json())["id"]
+    await eventually(lambda: posted(bot, rid))
+    channel, message = posted_message(slack, rid)
+    assert await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE) == 200
+    await bot.ctx.waiter.wait(rid, timeout=10)
+    await eventually(lambda: any(u == "U0REQ" for u, _ in dms_to(slack)))
+    (notice,) = [t for u, t in dms_to(slack) if u == "U0REQ"]
+    assert "Approved by <@U0ALICE>" in notice and TOKEN not in notice
