@@ -552,28 +552,27 @@ def test_policy_check_says_1_route(
     assert "ok — 1 route, 0 rules" in capsys.readouterr().out
 
 
-async def test_ctrl_c_on_request_wait_withdraws_it(
-    redis_url: str, ctx: BotContext, tmp_path: Path
-) -> None:
+async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext) -> None:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
-    env.update(
-        REDIS_URL=redis_url, APPROVALS_PREFIX=ctx.keys.prefix, APPROVALS_DEFAULT_CHANNEL="C0X"
-    )
+    env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN="test-token")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot.cli", "request", "--tool", "deploy", "--wait", "60",
         env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        pending = await support.eventually(ctx.store.list_pending, what="the request")
+        assert proc.stderr is not None
+        first = await asyncio.wait_for(proc.stderr.readline(), 30)  # it is waiting now
+        assert b"waiting for a decision on apr_" in first, first
         proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        _, rest = await asyncio.wait_for(proc.communicate(), 30)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 130, err.decode()
-    request = await ctx.store.get(pending[0].id)
+    assert proc.returncode == 130, rest.decode()
+    (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
+    request = await ctx.store.get(created.request_id)
     assert request.status == "cancelled", "withdrawn, not left pending"
-    assert f"withdrew {request.id}" in err.decode()
+    assert f"withdrew {request.id}" in rest.decode()
