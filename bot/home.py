@@ -17,7 +17,6 @@ view is the one last published, and publishes are paced (`min_interval`, well wi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -30,6 +29,7 @@ from slack_sdk.errors import SlackApiError
 
 from approvals.models import TERMINAL_STATUSES, ApprovalRequest
 from approvals.service import Actor
+from approvals.store.connection import cancel_and_wait
 from bot import blocks, ids
 from bot.blocks import Block, _actions, _context, _section, _view, clip_escaped, who
 from bot.context import BotContext
@@ -223,9 +223,7 @@ class HomePublisher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def opened(self, user: str) -> None:

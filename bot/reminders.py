@@ -16,7 +16,6 @@ rendered, masked fallback of `bot.blocks`, and leaves through `bot.masking.outbo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import datetime
 
@@ -25,6 +24,7 @@ from slack_sdk.errors import SlackApiError
 from approvals.models import ApprovalRequest
 from approvals.policy import Route
 from approvals.slack_ids import is_user, is_user_group
+from approvals.store.connection import cancel_and_wait
 from bot import blocks
 from bot.context import BotContext
 
@@ -44,9 +44,7 @@ class Reminders:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def _run(self) -> None:
