@@ -481,7 +481,8 @@ def output_for_failure(event: HookEvent, message: str) -> dict[str, Any]:
 def codex_reason(text: str) -> str:
     """A reason as Codex should get it: Codex appends ". Command: …" to a deny reason, so a
     reason ending in a full stop (or other closing punctuation) would read "…default.. Command"."""
-    return text.rstrip().rstrip(".!;:,。") or text
+    trimmed = text.rstrip().rstrip(".!;:,。")
+    return trimmed if trimmed.strip() else text  # nothing but spaces and punctuation: as is
 
 
 def for_dialect(dialect: Dialect, output: dict[str, Any] | None) -> dict[str, Any] | None:

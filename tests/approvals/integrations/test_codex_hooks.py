@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from approvals.integrations.coding_agents import answer_hook, codex_reason, event_from_codex
@@ -88,6 +88,7 @@ async def test_codex_timeout_reason_has_no_trailing_full_stop(ctx: BotContext) -
 
 
 @given(st.text(max_size=60))
+@example("\r.")  # found by hypothesis: whitespace before the full stop
 def test_codex_reason_never_ends_in_punctuation_codex_would_double(text: str) -> None:
     out = codex_reason(text)
     if text.strip().rstrip(".!;:,。"):
