@@ -557,9 +557,12 @@ async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
     env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN="test-token")
+    # As from a terminal: SIGINT at its default. A run started in the background by a
+    # non-interactive shell (CI, scripts/soak) inherits SIGINT ignored, and so would the CLI.
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot.cli", "request", "--tool", "deploy", "--wait", "60",
         env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         assert proc.stderr is not None
