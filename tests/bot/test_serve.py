@@ -19,7 +19,7 @@ from approvals.store.keys import Keys
 from bot import app as bot_app
 from bot import cli
 from bot.settings import load_settings
-from tests.support import delete_prefix
+from tests.support import delete_prefix, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,20 +38,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-async def wait_healthy(port: int) -> dict[str, object]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    async with aiohttp.ClientSession() as http:
-        while loop.time() < deadline:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return dict(await resp.json())
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError("serve never became healthy")
 
 
 def nothing_on_localhost(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import aiohttp
 import pytest
@@ -25,6 +24,7 @@ from bot import cli, embedded_redis
 from bot.app import Bot
 from bot.settings import VARIABLES, load_settings
 from bot.slack_link import plain
+from tests.support import wait_healthy
 from tests.support.e2e import bot_config
 from tests.support.slack_emulator import SlackEmulator
 
@@ -105,19 +105,6 @@ async def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, within: floa
         assert time.monotonic() < deadline, f"no log line with {text!r}"
         await asyncio.sleep(0.05)
 
-
-async def wait_healthy(port: int, within: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    async with aiohttp.ClientSession() as http:
-        while time.monotonic() < deadline:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return dict(await resp.json())
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError("serve never became healthy")
 
 
 # -- Slack unreachable, refused ----------------------------------------------------------------

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+import aiohttp
 from redis.asyncio import Redis
 
 from approvals.models import ApprovalRequest
@@ -70,3 +72,18 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{what} did not happen within {within} s")
         await asyncio.sleep(0.01)
+
+
+async def wait_healthy(port: int, within: float = 30) -> dict[str, Any]:
+    """Poll a local `serve`'s `/healthz` until it answers 200; return its JSON."""
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return dict(await resp.json())
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("serve never became healthy")
