@@ -20,6 +20,8 @@ import gc
 import json
 import logging
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -54,6 +57,8 @@ from bot.dispatcher import DispatcherOptions
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
 from tests.support.slack_emulator import Call, SlackEmulator
 
+#: The bot under a profiler (`--bot-cprofile`), run as a script by the bot's interpreter.
+PROFILED_SERVE = str(Path(__file__).resolve().parent / "profiled_serve.py")
 API_TOKEN = "bench-token"
 REVIEWER = "U0BENCHREVIEWER"
 ACK_LIMIT_MS = 3000.0  # Slack shows the user an error when an interaction is not acked by then
@@ -357,14 +362,37 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (/proc/<pid>/stat)."""
+def _py_spy(pid: int, path: str | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling `pid` into `path` (collapsed stacks) until sent SIGINT; None without
+    a path. py-spy is not a dependency: `pip install py-spy` into the venv to use it."""
+    if not path:
+        return None
+    exe = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if exe is None:
+        raise SystemExit("--bot-profile needs py-spy: .venv/bin/pip install py-spy")
+    return subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "-o", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def process_cpu_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process so far (/proc/<pid>/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-async def _serve(url: str, keys: Keys, run_id: str, slack: SlackEmulator) -> tuple[Any, int]:
+async def _serve(
+    url: str,
+    keys: Keys,
+    run_id: str,
+    slack: SlackEmulator,
+    exe: str | None = None,
+    cprofile: str | None = None,
+) -> tuple[Any, int]:
     """`approval-bot serve` in its own process against the emulator, Slack pacing off (the
     one difference from production, as in-process), once /healthz answers."""
     port = _free_port()
@@ -383,8 +411,12 @@ async def _serve(url: str, keys: Keys, run_id: str, slack: SlackEmulator) -> tup
         APPROVALS_SLACK_PACING="false",
         LOG_LEVEL="WARNING",
     )
-    exe = os.path.join(os.path.dirname(sys.executable), "approval-bot")
-    proc = subprocess.Popen([exe, "serve"], env=env)  # noqa: ASYNC220 - once, before timing
+    exe = exe or os.path.join(os.path.dirname(sys.executable), "approval-bot")
+    command = [exe, "serve"]
+    if cprofile:  # the same bot under cProfile, switched on for the load phase by SIGUSR1
+        wrapper = PROFILED_SERVE
+        command = [os.path.join(os.path.dirname(exe), "python"), wrapper, cprofile]
+    proc = subprocess.Popen(command, env=env)  # noqa: ASYNC220 - once, before timing
     async with aiohttp.ClientSession() as http:
         for _ in range(300):
             if proc.poll() is not None:
@@ -400,11 +432,17 @@ async def _serve(url: str, keys: Keys, run_id: str, slack: SlackEmulator) -> tup
 
 @contextlib.asynccontextmanager
 async def running_rig(
-    url: str, keys: Keys, run_id: str, *, bot_process: bool = False
+    url: str,
+    keys: Keys,
+    run_id: str,
+    *,
+    bot_process: bool = False,
+    bot_exe: str | None = None,
+    bot_cprofile: str | None = None,
 ) -> AsyncIterator[Rig]:
     async with SlackEmulator(channels={CHANNEL}) as slack:
         if bot_process:
-            proc, port = await _serve(url, keys, run_id, slack)
+            proc, port = await _serve(url, keys, run_id, slack, bot_exe, bot_cprofile)
             ledger = SlackLedger(slack)
             ledger.start()
             try:
@@ -511,7 +549,14 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
     admin = connect(url, max_connections=4, client_name=f"bench-e2e-{run_id}")
     try:
         server = await server_name(admin)
-        async with running_rig(url, keys, run_id, bot_process=args.bot_process) as rig:
+        async with running_rig(
+            url,
+            keys,
+            run_id,
+            bot_process=args.bot_process,
+            bot_exe=args.bot_exe,
+            bot_cprofile=args.bot_cprofile,
+        ) as rig:
             consumer = rig.bot.config.consumer if rig.bot else await _serve_consumer(admin)
             names = bot_client_names(consumer)
             rss_started = settled_rss()
@@ -528,7 +573,10 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             profiler = None
             stats_before = await command_stats(admin)
             cpu_began = time.process_time()
-            bot_cpu_began = process_cpu_s(rig.process.pid) if rig.process else 0.0
+            bot_cpu_began = process_cpu_s(rig.process.pid) if rig.process else (0.0, 0.0)
+            spy = _py_spy(rig.process.pid, args.bot_profile) if rig.process else None
+            if rig.process and args.bot_cprofile:
+                rig.process.send_signal(signal.SIGUSR1)
             if args.profile:
                 import cProfile
 
@@ -538,7 +586,16 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 loaded, loaded_s = await run_cycles(rig, args.requests, args.concurrency)
             finally:
                 cpu_s = time.process_time() - cpu_began
-                bot_cpu_s = process_cpu_s(rig.process.pid) - bot_cpu_began if rig.process else None
+                bot_cpu_s = bot_sys_s = None
+                if rig.process:
+                    user, system = process_cpu_s(rig.process.pid)
+                    bot_sys_s = system - bot_cpu_began[1]
+                    bot_cpu_s = user - bot_cpu_began[0] + bot_sys_s
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(30)
+                if rig.process and args.bot_cprofile:
+                    rig.process.send_signal(signal.SIGUSR2)
                 if profiler is not None:
                     profiler.disable()
                     profiler.dump_stats(args.profile)
@@ -591,6 +648,9 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "bot_process": bool(args.bot_process),
             "bot_cpu_ms_per_cycle": (
                 round(1000 * bot_cpu_s / max(1, len(loaded)), 2) if bot_cpu_s is not None else None
+            ),
+            "bot_system_ms_per_cycle": (
+                round(1000 * bot_sys_s / max(1, len(loaded)), 2) if bot_sys_s is not None else None
             ),
             "redis_commands_per_cycle": commands_per_cycle(stats_before, stats_after, len(loaded)),
             **latencies(loaded),
@@ -695,7 +755,10 @@ def print_report(r: dict[str, Any]) -> None:
             "  CPU: this process's CPU time over the load phase (emulator + agents + reviewer; "
             "the bot runs as `approval-bot serve` in its own process); 100% = one core."
         )
-        print(f"  bot process CPU ms/cycle (/proc/<pid>/stat): {ld['bot_cpu_ms_per_cycle']}")
+        print(
+            f"  bot process CPU ms/cycle (/proc/<pid>/stat): {ld['bot_cpu_ms_per_cycle']} "
+            f"(of which system {ld['bot_system_ms_per_cycle']})"
+        )
     else:
         print(
             "  CPU: this process's CPU time over the load phase (bot + emulator + agents + "
@@ -802,7 +865,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the bot as `approval-bot serve` in its own process (against the emulator, "
         "Slack pacing off) and report its CPU ms per cycle separately",
     )
+    p.add_argument(
+        "--bot-exe",
+        help="with --bot-process: the approval-bot executable to run (default: this venv's); "
+        "another checkout's, e.g. /work/wt/base/.venv/bin/approval-bot, compares two versions "
+        "in one window",
+    )
+    p.add_argument(
+        "--bot-profile",
+        help="with --bot-process: sample the bot process with py-spy over the load phase into "
+        "this file (collapsed stacks; summarise with python -m bench.stacks FILE)",
+    )
+    p.add_argument(
+        "--bot-cprofile",
+        help="with --bot-process: profile the bot's CPU time over the load phase "
+        "and write it to this file: FILE.pstats for cProfile (python -m pstats), else a CPU-time "
+        "sampler's collapsed stacks (python -m bench.stacks FILE)",
+    )
     args = p.parse_args(argv)
+    if (args.bot_exe or args.bot_profile or args.bot_cprofile) and not args.bot_process:
+        p.error("--bot-exe, --bot-profile and --bot-cprofile need --bot-process")
     if args.bot_process and args.profile:
         p.error("--profile profiles this process: run it without --bot-process")
     if args.requests < 1 or args.concurrency < 1 or args.latency_cycles < 1 or args.warmup < 0:
