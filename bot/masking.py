@@ -19,6 +19,7 @@ in the approval record; a token posted to a channel cannot be taken back.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -64,10 +65,28 @@ def is_sensitive_key(name: object) -> bool:
 # ---------------------------------------------------------------- text
 
 
+#: `mask_text` keeps this many recent answers (a request's texts are masked again for each
+#: message, update, reminder and App Home view of it; Block Kit's fixed labels every time).
+CACHE_SIZE = 4096
+#: Texts longer than this are masked afresh each time (a cache of big texts would hold a lot).
+CACHE_MAX_LEN = 4096
+
+
 def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     """`text` with every secret the rules find masked, and each of `hide` (values known to be
     secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
-    text (NFKC, zero-width characters removed); everything not masked is kept as it was."""
+    text (NFKC, zero-width characters removed); everything not masked is kept as it was.
+
+    A pure function of (`text`, `hide`): answers for short texts come from a bounded cache
+    (`CACHE_SIZE`), which holds only what this process already holds (the requests it
+    renders) and is never shared."""
+    hidden = hide if isinstance(hide, tuple) else tuple(hide)
+    if len(text) > CACHE_MAX_LEN or sum(map(len, hidden)) > CACHE_MAX_LEN:
+        return _mask_text(text, hidden)
+    return _mask_text_cached(text, hidden)
+
+
+def _mask_text(text: str, hide: tuple[str, ...]) -> str:
     norm, where = normalise(text)
     spans = [(start, end) for start, end, _ in find(norm)]
     for literal in _literals(hide):
@@ -90,6 +109,15 @@ def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
         done = stop
     out.append(text[done:])
     return "".join(out)
+
+
+_mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)
+
+
+def clear_cache() -> None:
+    """Forget every cached answer (benchmarks measure masking afresh with it)."""
+    _mask_text_cached.cache_clear()
+    is_secret_name.cache_clear()
 
 
 def _literals(hide: Iterable[str]) -> list[str]:

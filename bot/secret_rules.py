@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -132,8 +133,10 @@ def key_segments(name: str) -> list[str]:
     return [s.lower() for part in re.split(r"[^A-Za-z0-9]+", name) for s in _SEGMENT.findall(part)]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
-    """Whether a key or argument named `name` holds a secret (after normalising it)."""
+    """Whether a key or argument named `name` holds a secret (after normalising it). Pure:
+    recent answers are cached (argument names repeat from request to request)."""
     segments = key_segments(normalise(name)[0])
     if not segments:
         return False
@@ -408,6 +411,26 @@ def normalise(text: str) -> tuple[str, list[int] | None]:
     return "".join(out), where
 
 
+#: Every hint of the rules, each with the positions (in `RULES`) of the rules it lets run.
+_HINTS: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
+    (hint, tuple(i for i, rule in enumerate(RULES) if hint in rule.hints))
+    for hint in dict.fromkeys(h for rule in RULES for h in rule.hints)
+)
+#: Positions of the rules without hints: they always run.
+_ALWAYS: frozenset[int] = frozenset(i for i, rule in enumerate(RULES) if not rule.hints)
+
+
+def _due(lower: str) -> list[Rule]:
+    """The rules (in `RULES` order) that must run on a text whose lower case is `lower`:
+    those without hints, and those with a hint in it. One pass over the distinct hints
+    instead of one per rule."""
+    due = set(_ALWAYS)
+    for hint, positions in _HINTS:
+        if hint in lower:
+            due.update(positions)
+    return [RULES[i] for i in sorted(due)]
+
+
 def find(text: str, rules: tuple[Rule, ...] = RULES) -> list[Span]:
     """(start, end, rule) of every secret in `text` (already normalised), unmerged.
 
@@ -416,9 +439,11 @@ def find(text: str, rules: tuple[Rule, ...] = RULES) -> list[Span]:
     one character after where that match began."""
     spans: list[Span] = []
     lower = text.lower()
-    for rule in rules:
-        if rule.hints and not any(h in lower for h in rule.hints):
-            continue
+    if rules is RULES:
+        due = _due(lower)
+    else:
+        due = [r for r in rules if not r.hints or any(h in lower for h in r.hints)]
+    for rule in due:
         pos = 0
         while pos <= len(text):
             match = rule.pattern.search(text, pos)

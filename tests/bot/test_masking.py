@@ -10,7 +10,13 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from bot.masking import (
+    _MASKED,
+    CACHE_MAX_LEN,
+    CACHE_SIZE,
     MASK,
+    MIN_SCRUB_LEN,
+    _mask_text_cached,
+    clear_cache,
     hidden_values,
     is_sensitive_key,
     mask_arguments,
@@ -19,6 +25,7 @@ from bot.masking import (
     masked,
     secret_values,
 )
+from bot.secret_rules import RULES, find, normalise
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -237,3 +244,52 @@ def test_property_secret_sensitivity_leaves_only_masks(args: dict[str, object]) 
         return [value]
 
     assert all(str(leaf).startswith(MASK) for leaf in leaves(out))
+
+
+# -- the cache: a pure function's answers, kept; never a different answer ----------------------
+
+
+_hostile_text = st.one_of(
+    st.text(max_size=80),
+    st.builds(lambda a, t, b: f"{a} {t} {b}", _filler, _token, _filler),
+    st.builds(lambda a, t: f"{a}\u200b{t}", _filler, _token),  # a format character inside
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_hostile_text, hide=st.lists(st.text(max_size=12), max_size=3))
+def test_property_cached_answer_is_the_fresh_answer(text: str, hide: list[str]) -> None:
+    """A cached mask is exactly what masking afresh gives, for the same text and hidden
+    values; the hidden values are part of the key (a text masked once without them is
+    masked again with them)."""
+    clear_cache()
+    fresh = mask_text(text, hide=hide)
+    assert mask_text(text, hide=tuple(hide)) == fresh  # from the cache
+    assert mask_text(text, hide=iter(hide)) == fresh  # any iterable: the same key
+    without = mask_text(text)
+    clear_cache()
+    assert mask_text(text) == without
+    shown = _MASKED.sub("", mask_text(text, hide=hide))  # what is left beside the masks
+    for value in hide:
+        if len(value) >= MIN_SCRUB_LEN and value.isascii() and value.isprintable():
+            assert value not in shown
+
+
+def test_cache_is_bounded_and_skips_long_texts() -> None:
+    clear_cache()
+    for i in range(CACHE_SIZE + 100):
+        mask_text(f"ordinary text {i}")
+    assert _mask_text_cached.cache_info().currsize == CACHE_SIZE
+    clear_cache()
+    long_text = "x" * (CACHE_MAX_LEN + 1) + " token=" + TOKENS[0]
+    assert TOKENS[0] not in mask_text(long_text)
+    assert _mask_text_cached.cache_info().currsize == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_hostile_text)
+def test_property_hint_index_runs_the_rules_each_rule_would(text: str) -> None:
+    """`find` picks the rules to run from one pass over the distinct hints: the same spans
+    as asking each rule for its own hints (the rules passed as a copy take that path)."""
+    norm = normalise(text)[0]
+    assert find(norm) == find(norm, tuple(list(RULES)))
