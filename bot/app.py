@@ -47,6 +47,10 @@ from bot.webhooks import WebhookOptions, WebhookWorker
 
 log = logging.getLogger(__name__)
 
+#: Connections the kernel queues before the bot accepts them (aiohttp's default is 128: a burst
+#: of agents past it waits for a SYN retry, a second or more). Capped by net.core.somaxconn.
+LISTEN_BACKLOG = 4096
+
 #: Longest one part may take to stop (a frozen Redis must not hold up shutdown).
 STOP_STEP_SECONDS = 5.0
 
@@ -171,7 +175,7 @@ class Bot:
         self.web = build_web_app(self.ctx, None if cfg.slack_app_token else self.bolt)
         self.runner = web.AppRunner(self.web, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, cfg.host, cfg.port)
+        site = web.TCPSite(self.runner, cfg.host, cfg.port, backlog=LISTEN_BACKLOG)
         try:
             await site.start()
         except OSError as e:
