@@ -347,8 +347,19 @@ def _granted(req: ApprovalRequest, scope: str | None) -> str:
 
 def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
     """The interactive message for a pending request: summary, deadline, quorum, buttons."""
-    now = now or utcnow()
     v = _view(req)
+    blocks = request_blocks(req, now=now, view=v) + _actions(v)
+    text = _fallback("🔐 Approval needed: ", v)
+    return {"text": text, "blocks": _finish(blocks)}
+
+
+def request_blocks(
+    req: ApprovalRequest, *, now: datetime | None = None, view: _View | None = None
+) -> list[Block]:
+    """What a pending request's message shows above its buttons: summary, deadline, quorum,
+    a reviewer's edit. The review modal of a digest row shows exactly this (bot/modals.py)."""
+    now = now or utcnow()
+    v = view or _view(req)
     blocks = _summary(v)
     status: list[str] = []
     if req.deadline_at:
@@ -369,9 +380,7 @@ def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Mes
         if p.note:
             head += "\n> " + clip_escaped(v.mask(p.note), 500)
         blocks.append(_section(head + "\n" + _diff(lines)))
-    blocks += _actions(v)
-    text = _fallback("🔐 Approval needed: ", v)
-    return {"text": text, "blocks": _finish(blocks)}
+    return blocks
 
 
 def _outcome(v: _View, now: datetime) -> tuple[str, str]:

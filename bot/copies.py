@@ -11,12 +11,15 @@ needs the `channels:history` / `groups:history` scopes (config/slack-manifest.ya
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from approvals.models import ApprovalRequest, SlackMessage
 
 #: Slack metadata `event_type` of a request message.
 EVENT_TYPE = "approval_request"
+#: Slack metadata `event_type` of a digest message (bot/digests.py).
+DIGEST_EVENT_TYPE = "approval_digest"
 #: Seconds of clock difference allowed between this host and Slack when searching.
 CLOCK_SLACK = 5.0
 #: Messages per history page (Slack's documented maximum is 999) and most pages read.
@@ -30,6 +33,22 @@ def metadata(request: ApprovalRequest) -> dict[str, Any]:
         "event_type": EVENT_TYPE,
         "event_payload": {"request_id": request.id, "escalations": request.escalations},
     }
+
+
+def digest_metadata(digest_id: str) -> dict[str, Any]:
+    """The `metadata` argument of a digest message."""
+    return {"event_type": DIGEST_EVENT_TYPE, "event_payload": {"digest_id": digest_id}}
+
+
+def is_digest_copy(message: dict[str, Any], digest_id: str, bot_id: str) -> bool:
+    """Whether a history message is this bot's message of the digest."""
+    meta = message.get("metadata")
+    if not isinstance(meta, dict) or meta.get("event_type") != DIGEST_EVENT_TYPE:
+        return False
+    if bot_id and message.get("bot_id") != bot_id:
+        return False
+    payload = meta.get("event_payload")
+    return isinstance(payload, dict) and payload.get("digest_id") == digest_id
 
 
 def is_copy(message: dict[str, Any], request_id: str, escalations: int | None, bot_id: str) -> bool:
@@ -58,6 +77,18 @@ async def find(
     """The bot's messages for the request in `channel` posted since `since` (epoch s),
     oldest first. `call(method, **kwargs)` makes one Slack call (the dispatcher's, with
     its retries and pacing)."""
+    return await find_matching(
+        call,
+        channel,
+        lambda message: is_copy(message, request_id, escalations, bot_id),
+        since=since,
+    )
+
+
+async def find_matching(
+    call: Any, channel: str, match: Callable[[dict[str, Any]], bool], *, since: float
+) -> list[SlackMessage]:
+    """The messages of `channel` since `since` (epoch s) that `match`, oldest first."""
     found: dict[str, SlackMessage] = {}
     cursor = None
     for _ in range(MAX_PAGES):
@@ -72,7 +103,7 @@ async def find(
             kwargs["cursor"] = cursor
         page = await call("conversations_history", **kwargs)
         for message in page.get("messages") or []:
-            if is_copy(message, request_id, escalations, bot_id):
+            if match(message):
                 ts = str(message["ts"])
                 found[ts] = SlackMessage(channel=channel, ts=ts)
         cursor = (page.get("response_metadata") or {}).get("next_cursor")

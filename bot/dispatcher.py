@@ -33,10 +33,13 @@ from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
 from approvals.slack_ids import is_user, is_user_group
 from approvals.store.connection import cancel_and_wait
+from approvals.store.digests import Digests
 from approvals.store.outbox import Outbox, OutboxEntry
 from approvals.store.posting import Posting
 from bot import blocks, copies
 from bot.context import BotContext
+from bot.digest_blocks import MAX_ROWS
+from bot.digests import DigestDrawer, DigestOptions
 from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,21 @@ class DispatcherOptions:
     heartbeat_ttl: float = 5.0
     #: How often gone replicas' entries are looked for (gone within ttl + this).
     reap_interval: float = 2.0
+    #: Approval storms (bot/digests.py): a request whose own post would wait longer than
+    #: `digest_after` seconds behind the channel's pacing is listed in a digest message.
+    digests: bool = True
+    digest_after: float = 3.0
+    #: Rows per digest message (at most `bot.digest_blocks.MAX_ROWS`, Slack's 50 blocks).
+    digest_rows: int = MAX_ROWS
+    #: A posted digest takes new rows this long; then the next storm request opens a new one.
+    digest_open_seconds: float = 30.0
+    #: At most one draw (chat.update) per digest per this many seconds: changes coalesce.
+    digest_interval: float = 1.0
+    #: chat.update of digests, workspace-wide (Slack Tier 3, ~50/min): one per interval, burst.
+    digest_update_interval: float = 1.2
+    digest_update_burst: int = 5
+    #: How often every replica looks for dirty digests nobody is drawing (a replica gone).
+    digest_poll: float = 2.0
 
 
 class Dispatcher:
@@ -98,6 +116,17 @@ class Dispatcher:
         self._owed_check = 0.0  # monotonic time of the next look at owed entries
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self.digests = Digests(ctx.redis, ctx.keys)
+        drawing = DigestOptions(
+            interval=o.digest_interval,
+            update_interval=o.digest_update_interval,
+            update_burst=o.digest_update_burst,
+            poll=o.digest_poll,
+            backoff=min(o.backoff_max, o.backoff_base * 2),
+        )
+        self.drawer = DigestDrawer(ctx, self.digests, self.slack, self.outbox, drawing)
+        #: monotonic time this process last listed a request of a channel in a digest.
+        self._digested: dict[str, float] = {}
 
     async def start(self) -> None:
         await self.outbox.ensure_group()
@@ -107,6 +136,7 @@ class Dispatcher:
             asyncio.create_task(self._run(), name=f"dispatcher-{name}"),
             asyncio.create_task(self._keep_alive(), name=f"heartbeat-{name}"),
         ]
+        await self.drawer.start()
 
     async def drain(self, grace: float) -> None:
         """Stop taking entries and let those in hand finish (each acked once handled) for
@@ -130,6 +160,7 @@ class Dispatcher:
 
     async def stop(self) -> None:
         self._stopping = True
+        await self.drawer.stop()
         await cancel_and_wait([*self._tasks, *self._workers.values()])
         self._tasks = []
         self._workers.clear()
@@ -271,10 +302,12 @@ class Dispatcher:
             await self._post(request)
         elif entry.op == "update":
             await self._update(request, row)
+            await self.drawer.touch(row)  # its digest rows, if it has any
             if not request.is_pending:
                 self._decided(request)
         elif entry.op == "escalated":
             await self._mark_escalated(request, entry)
+            await self.drawer.touch(row)
         else:
             log.warning("unknown outbox op=%s id=%s", entry.op, entry.request_id)
         if self.ctx.home is not None:  # the App Home tabs that show it are looked at again
@@ -310,6 +343,8 @@ class Dispatcher:
             )
             return
         rounds = request.escalations
+        if self._storming(channel) and await self._to_digest(request, channel):
+            return
         begin = await self._begin(request, channel)
         if begin is None:
             return
@@ -352,6 +387,67 @@ class Dispatcher:
             request.principal or "-",
         )
         await self._recorded(request, posted, posted=True)
+
+    def _storming(self, channel: str) -> bool:
+        """Whether a post to `channel` now would wait too long behind the channel's pacing
+        (its own wait plus the posts queued behind it), or a digest of the channel waits to
+        be posted, or this process listed a request of the channel in a digest just now
+        while posts still have to wait: then the request goes to the digest."""
+        o = self.options
+        if not (o.digests and o.pacing):
+            return False
+        pace = self.slack.pace(channel)
+        if pace.priority_waiters:
+            return True
+        if (
+            pace.wait() > 0
+            and time.monotonic() - self._digested.get(channel, -1e9) < o.digest_after
+        ):
+            return True
+        queue = self._queues.get(f"post:{channel}")
+        behind = queue.qsize() if queue is not None else 0
+        return pace.wait(behind + 1) > o.digest_after
+
+    async def _to_digest(self, request: ApprovalRequest, channel: str) -> bool:
+        """List the request in the channel's digest; False when it is not for a digest (it
+        was decided, moved, posted, or an earlier post attempt may have landed)."""
+        o = self.options
+        kwargs: dict[str, Any] = {
+            "holder": self.outbox.holder,
+            "max_rows": max(1, min(o.digest_rows, MAX_ROWS)),
+            "open_seconds": o.digest_open_seconds,
+            "post_lock": self.posting.lock(request.id, request.escalations),
+        }
+        added = await self.digests.add(
+            request.id, request.escalations, channel, now=time.time(), **kwargs
+        )
+        if added.state == "busy":
+            if await self.outbox.holder_alive(added.holder):
+                raise _Busy()
+            added = await self.digests.add(
+                request.id,
+                request.escalations,
+                channel,
+                now=time.time(),
+                gone_holder=added.holder,
+                **kwargs,
+            )
+            if added.state == "busy":
+                raise _Busy()
+        if added.state not in ("added", "already"):
+            return False
+        self._digested[channel] = time.monotonic()
+        self.drawer.wake()
+        m = self.ctx.metrics
+        m.slack_posts.labels(how="digest_row").inc()
+        log.info(
+            "listed in a digest id=%s channel=%s digest=%s route=%s",
+            request.id,
+            channel,
+            added.digest_id,
+            request.route,
+        )
+        return True
 
     async def _begin(self, request: ApprovalRequest, channel: str) -> Any:
         """Take the post lock and count this attempt; None when there is nothing to post.

@@ -110,9 +110,7 @@ class Doctor:
             )
             return None
         where = str(s.approvals_policy_file) if s.approvals_policy_file else "no policy file"
-        self.add(
-            "policy", "ok", f"{where}: {len(policy.routes)} routes, {len(policy.rules)} rules"
-        )
+        self.add("policy", "ok", f"{where}: {len(policy.routes)} routes, {len(policy.rules)} rules")
         unrouted = [n for n, r in policy.routes.items() if r.channel == UNROUTED_CHANNEL]
         if unrouted:
             self.add(
@@ -247,9 +245,7 @@ class Doctor:
                 "Mode); see the README's Slack app setup",
             )
             return
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.timeout)
-        ) as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout)) as http:
             client = AsyncWebClient(
                 token=s.slack_bot_token.get_secret_value(),
                 base_url=s.slack_api_url,
@@ -315,9 +311,7 @@ class Doctor:
         text = f"this clock is {skew:+.0f} s from Slack's"
         fix = "run NTP (chrony, systemd-timesyncd) on this host"
         if abs(skew) > SIGNATURE_WINDOW:
-            self.add(
-                "clock", "error", text + ": Slack's signed requests will be refused", fix
-            )
+            self.add("clock", "error", text + ": Slack's signed requests will be refused", fix)
         elif abs(skew) > SKEW_WARNING:
             self.add("clock", "warning", text, fix)
         else:

@@ -36,6 +36,19 @@ RESPOND = "approval_respond"
 #: Opens the Edit… modal (approve with edited arguments, `bot/edits.py`).
 EDIT = "approval_edit"
 
+#: A digest row's button (bot/digest_blocks.py): opens the review modal of one request.
+REVIEW = "approval_review"
+REVIEW_MODAL = "approval_review_modal"
+REVIEW_DECISION_BLOCK = "approval_review_decision_block"
+REVIEW_DECISION_ACTION = "approval_review_decision"
+REVIEW_TEXT_BLOCK = "approval_review_text_block"
+REVIEW_TEXT_ACTION = "approval_review_text"
+#: The review modal's decision values (a choice's option `i` is `choose:<i>`).
+REVIEW_APPROVE = "approve"
+REVIEW_DENY = "deny"
+REVIEW_RESPOND = "respond"
+REVIEW_CHOOSE = "choose:"
+
 #: The slash command (`bot/home.py`), as the manifests declare it.
 SLASH_COMMAND = "/approvals"
 
@@ -79,6 +92,18 @@ def read_approve_value(value: str) -> tuple[str, str]:
     """(request id, version) from an Approve button's value; version '' = the agent's own."""
     request_id, _, version = value.partition("@")
     return request_id, version
+
+
+def review_value(request_id: str, escalations: int) -> str:
+    """A digest row's Review button value: the request id and the route round it was listed
+    for (`<id>@<round>`), so a click on the row of a request that moved on is refused."""
+    return f"{request_id}@{escalations}"
+
+
+def read_review_value(value: str) -> tuple[str, int | None]:
+    """(request id, round) from a Review button's value; round None if unreadable."""
+    request_id, _, raw = value.partition("@")
+    return request_id, int(raw) if raw.isdigit() else None
 
 
 def choose_action_id(index: int) -> str:

@@ -47,9 +47,11 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     app.action(ids.CHOOSE_SELECT)(listeners.on_choose)
     app.action(ids.RESPOND)(listeners.on_respond_button)
     app.action(ids.EDIT)(listeners.on_edit_button)
+    app.action(ids.REVIEW)(listeners.on_review_button)
     app.view(ids.DENY_MODAL)(listeners.on_deny_submit)
     app.view(ids.INPUT_MODAL)(listeners.on_input_submit)
     app.view(ids.EDIT_MODAL)(listeners.on_edit_submit)
+    app.view(ids.REVIEW_MODAL)(listeners.on_review_submit)
     app.command(ids.SLASH_COMMAND)(listeners.on_slash)
     app.event("app_home_opened")(listeners.on_home_opened)
     app.error(listeners.on_error)
@@ -164,12 +166,26 @@ class Listeners:
         await ack()
         await self._guarded(body, self._open_modal(body, "edit"))
 
-    async def _open_modal(self, body: Body, which: Literal["deny", "input", "edit"]) -> None:
-        request = await self._load(body, str(_action(body).get("value", "")))
+    async def on_review_button(self, ack: AsyncAck, body: Body) -> None:
+        """A digest row's Review…: the request in full, decided in the modal."""
+        await ack()
+        await self._guarded(body, self._open_modal(body, "review"))
+
+    async def _open_modal(
+        self, body: Body, which: Literal["deny", "input", "edit", "review"]
+    ) -> None:
+        value = str(_action(body).get("value", ""))
+        request_id, listed_round = (
+            ids.read_review_value(value) if which == "review" else (value, None)
+        )
+        request = await self._load(body, request_id)
         if request is None:
             return
         if not request.is_pending:
             await self._ephemeral(body, modals.refusal_text("already_decided", request))
+            return
+        if which == "review" and listed_round != request.escalations:
+            await self._ephemeral(body, modals.refusal_text("moved", request))
             return
         refusal = await self.ctx.service.may_decide(request, Actor(_user(body)))
         if refusal is not None:
@@ -188,6 +204,8 @@ class Listeners:
                 await self._ephemeral(body, why)
                 return
             view = modals.edit_modal(request, text, channel=channel, ts=ts)
+        elif which == "review":
+            view = modals.review_modal(request, channel=channel, ts=ts)
         else:
             view = (modals.deny_modal if which == "deny" else modals.input_modal)(
                 request, channel=channel, ts=ts
@@ -262,6 +280,49 @@ class Listeners:
             body, meta.request_id, "approve", input=answer, channel=meta.channel
         )
         await self._guarded(body, decision, meta.channel)
+
+    async def on_review_submit(self, ack: AsyncAck, body: Body) -> None:
+        """The review modal of a digest row: the decision chosen, bound to the version of the
+        arguments the modal showed; the same service path (and checks) as the buttons."""
+        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        values = ((body.get("view") or {}).get("state") or {}).get("values") or {}
+        chosen = (values.get(ids.REVIEW_DECISION_BLOCK) or {}).get(ids.REVIEW_DECISION_ACTION) or {}
+        decision = str((chosen.get("selected_option") or {}).get("value") or "")
+        text = self._view_value(body, ids.REVIEW_TEXT_BLOCK, ids.REVIEW_TEXT_ACTION).strip()
+        if not decision:
+            await ack(**modals.modal_errors(ids.REVIEW_DECISION_BLOCK, "Choose a decision."))
+            return
+        if decision == ids.REVIEW_RESPOND and not text:
+            await ack(**modals.modal_errors(ids.REVIEW_TEXT_BLOCK, "An answer is required."))
+            return
+        await ack()
+        await self._guarded(body, self._review(body, meta, decision, text), meta.channel)
+
+    async def _review(self, body: Body, meta: ids.ModalMetadata, decision: str, text: str) -> None:
+        common: dict[str, Any] = {"channel": meta.channel, "version": meta.version}
+        if decision == ids.REVIEW_DENY:
+            await self._decide(body, meta.request_id, "deny", reason=text or None, **common)
+        elif decision == ids.REVIEW_RESPOND:
+            await self._decide(body, meta.request_id, "approve", input=text, **common)
+        elif decision == ids.REVIEW_APPROVE:
+            await self._decide(body, meta.request_id, "approve", **common)
+        elif decision.startswith(ids.REVIEW_CHOOSE):
+            request = await self._load(body, meta.request_id)
+            if request is None:
+                return
+            options = request.config.options or ()
+            raw = decision.removeprefix(ids.REVIEW_CHOOSE)
+            index = int(raw) if raw.isdigit() else -1
+            if not 0 <= index < len(options):
+                await self._ephemeral(
+                    body, modals.refusal_text("stale_option", request), channel=meta.channel
+                )
+                return
+            await self._decide(body, meta.request_id, "approve", selection=options[index], **common)
+        else:
+            await self._ephemeral(
+                body, "That decision is not one this dialog offers.", channel=meta.channel
+            )
 
     async def on_edit_submit(self, ack: AsyncAck, body: Body) -> None:
         """Approve with edits: read the JSON back (masks restored), check it (object, the

@@ -142,7 +142,8 @@ class Metrics:
         # -- Slack -------------------------------------------------------------------
         self.slack_posts = Counter(
             "approvals_slack_posts",
-            "Request messages posted; `adopted` = a copy an earlier attempt had posted.",
+            "Request messages posted; `adopted` = a copy an earlier attempt had posted; "
+            "`digest` = a digest message, `digest_row` = a request listed in one (storms).",
             ["how"],
             registry=r,
         )

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from approvals.edits import current_version
 from approvals.models import ApprovalRequest
 from bot import ids
 from bot.blocks import (
+    MAX_OPTION_TEXT,
     MAX_SECTION,
+    MAX_SELECT_OPTIONS,
     Block,
+    _context,
     _plain,
     _section,
     _view,
     clip,
     clip_escaped,
     quorum_progress,
+    request_blocks,
+    where,
     who,
 )
 from bot.masking import mask_text
@@ -32,6 +38,7 @@ RefusalKind = Literal[
     "not_found",
     "stale_option",
     "edited_since",
+    "moved",
 ]
 
 
@@ -124,6 +131,64 @@ def edit_modal(
     return _modal(req, ids.EDIT_MODAL, title, submit, blocks, channel, ts, version)
 
 
+def review_options(req: ApprovalRequest) -> list[tuple[str, str]]:
+    """(value, label) of the review modal's decisions for this request's kind."""
+    if req.config.kind == "choice":
+        options = [mask_text(o) for o in req.config.options or ()][: MAX_SELECT_OPTIONS - 1]
+        chosen = [(f"{ids.REVIEW_CHOOSE}{i}", f"Choose: {o}") for i, o in enumerate(options)]
+        return [*chosen, (ids.REVIEW_DENY, "Deny")]
+    if req.config.kind == "input":
+        return [(ids.REVIEW_RESPOND, "Respond with the answer below"), (ids.REVIEW_DENY, "Deny")]
+    approve = "Approve edited" if req.proposal else "Approve"
+    return [(ids.REVIEW_APPROVE, approve), (ids.REVIEW_DENY, "Deny")]
+
+
+def review_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The review dialog of a digest row: the request exactly as its own message would show
+    it (masked), a decision, and an answer or reason. It is bound to the version of the
+    arguments shown: an edit made meanwhile turns the decision away (`edited_since`)."""
+    blocks = request_blocks(req)
+    blocks.append(
+        _context(
+            "To edit the arguments or approve for the session, use "
+            f"`/approvals {clip_escaped(req.id, 100)}`."
+        )
+    )
+    decision: Block = {
+        "type": "input",
+        "block_id": ids.REVIEW_DECISION_BLOCK,
+        "label": _plain("Decision", 2000),
+        "element": {
+            "type": "static_select",
+            "action_id": ids.REVIEW_DECISION_ACTION,
+            "placeholder": _plain("Choose…", 150),
+            "options": [
+                {"text": _plain(label, MAX_OPTION_TEXT), "value": value}
+                for value, label in review_options(req)
+            ],
+        },
+    }
+    if req.config.kind == "input":
+        label = "Your answer (needed to respond; the reason if you deny)"
+    else:
+        label = "Reason (optional; the agent is told it if you deny)"
+    text = _text_input(ids.REVIEW_TEXT_BLOCK, ids.REVIEW_TEXT_ACTION, label, optional=True)
+    blocks += [decision, text]
+    # A modal holds 100 blocks; the request's part is at most a dozen.
+    return _modal(
+        req,
+        ids.REVIEW_MODAL,
+        "Review request",
+        "Submit",
+        blocks,
+        channel,
+        ts,
+        current_version(req),
+    )
+
+
 def modal_errors(block_id: str, message: str) -> dict[str, Any]:
     """A `view_submission` answer that shows `message` under the input `block_id`."""
     return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
@@ -146,6 +211,11 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
         return (
             "The arguments were edited since you looked; nothing was recorded. "
             "Look at the updated message and decide again."
+        )
+    if kind == "moved":
+        return (
+            f"This request was escalated to {where(req.channel or '')}; decide it there "
+            "(this list no longer does)."
         )
     if kind == "already_voted":
         progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""

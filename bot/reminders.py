@@ -3,7 +3,9 @@
 A route with `remind_after` (seconds after the request was asked; then every
 `remind_every`) reminds the reviewers who have not voted: a DM each, with a link to
 the message (`chat.getPermalink`), or (`remind_via: thread`) one reply in the
-message's thread mentioning them. Each round is sent once across replicas (a lock per
+message's thread mentioning them. A request listed in a digest message (an approval
+storm, bot/digests.py) is reminded of with a link to, or in the thread of, that digest.
+Each round is sent once across replicas (a lock per
 request, route round and reminder round) and none is sent once the request has ended;
 deadlines and escalation are the sweeper's, untouched. Time comes from the store's
 clock, so tests pass their own `now`.
@@ -21,12 +23,13 @@ from datetime import datetime
 
 from slack_sdk.errors import SlackApiError
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, SlackMessage
 from approvals.policy import Route
 from approvals.slack_ids import is_user, is_user_group
 from approvals.store.connection import cancel_and_wait
 from bot import blocks
 from bot.context import BotContext
+from bot.digests import place
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +70,19 @@ class Reminders:
         sent = 0
         for request in await self.ctx.store.list_pending(1000):
             route = routes.get(request.route)
-            if route is None or route.remind_after is None or request.message is None:
+            if route is None or route.remind_after is None:
                 continue
             age = (now - request.created_at).total_seconds() - route.remind_after
             if age < 0:
                 continue
+            # Its own message, or the digest message that lists it (an approval storm).
+            where = await place(self.ctx, request)
+            if where is None:
+                continue
             round_ = int(age // route.remind_every) if route.remind_every else 0
             if not await self._once(f"remind:{request.id}:{request.escalations}:{round_}"):
                 continue
-            sent += await self._remind(request, route)
+            sent += await self._remind(request, route, where)
         return sent
 
     async def _waiting_on(self, request: ApprovalRequest) -> list[str]:
@@ -87,26 +94,23 @@ class Reminders:
         voted = {v.user for v in request.votes}
         return [u for u in dict.fromkeys(users) if u not in voted and u != request.requester]
 
-    async def _remind(self, request: ApprovalRequest, route: Route) -> int:
-        assert request.message is not None
+    async def _remind(self, request: ApprovalRequest, route: Route, message: SlackMessage) -> int:
         slack = self.ctx.slack
         users = await self._waiting_on(request)
         summary = blocks.request_message(request)["text"]
         try:
-            link = (
-                await slack.chat_getPermalink(
-                    channel=request.message.channel, message_ts=request.message.ts
-                )
-            )["permalink"]
+            link = (await slack.chat_getPermalink(channel=message.channel, message_ts=message.ts))[
+                "permalink"
+            ]
         except SlackApiError as e:
             log.warning("no permalink id=%s error=%s", request.id, e.response.get("error"))
             link = None
-        where = f"<{link}|the request>" if link else blocks.where(request.message.channel)
+        where = f"<{link}|the request>" if link else blocks.where(message.channel)
         if route.remind_via == "thread":
             mentions = " ".join(blocks.who(u) for u in users) or "Reviewers"
             await slack.chat_postMessage(
-                channel=request.message.channel,
-                thread_ts=request.message.ts,
+                channel=message.channel,
+                thread_ts=message.ts,
                 text=f"⏰ {mentions}: still waiting for a decision. {summary}",
             )
             log.info("reminded id=%s via=thread users=%d", request.id, len(users))

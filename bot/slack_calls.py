@@ -51,21 +51,38 @@ class ChannelPace:
         self.tokens = float(burst)
         self.updated = time.monotonic()
         self.blocked_until = 0.0
+        #: Callers waiting with priority (a digest message, bot/digests.py): while any waits,
+        #: the dispatcher lists new requests in the digest rather than queue their posts.
+        self.priority_waiters = 0
 
-    async def acquire(self) -> None:
-        while True:
-            now = time.monotonic()
-            if now < self.blocked_until:
-                await asyncio.sleep(self.blocked_until - now)
-                continue
-            self.tokens = min(
-                self.burst, self.tokens + max(0.0, now - self.updated) / self.interval
-            )
-            self.updated = max(now, self.updated)
-            if self.tokens >= 1:
-                self.tokens -= 1
-                return
-            await asyncio.sleep((1 - self.tokens) * self.interval)
+    def wait(self, posts: int = 1) -> float:
+        """Seconds until `posts` more posts may have gone (0: now), taking no token."""
+        now = time.monotonic()
+        # After a 429 (`block_for`), `updated` is the end of the block and one token is left.
+        start = max(now, self.updated, self.blocked_until)
+        tokens = min(self.burst, self.tokens + max(0.0, now - self.updated) / self.interval)
+        return (start - now) + max(0.0, posts - tokens) * self.interval
+
+    async def acquire(self, *, priority: bool = False) -> None:
+        if priority:
+            self.priority_waiters += 1
+        try:
+            while True:
+                now = time.monotonic()
+                if now < self.blocked_until:
+                    await asyncio.sleep(self.blocked_until - now)
+                    continue
+                self.tokens = min(
+                    self.burst, self.tokens + max(0.0, now - self.updated) / self.interval
+                )
+                self.updated = max(now, self.updated)
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                await asyncio.sleep((1 - self.tokens) * self.interval)
+        finally:
+            if priority:
+                self.priority_waiters -= 1
 
     def block_for(self, seconds: float) -> None:
         """Slack said 429: nothing until `Retry-After` has passed, then one post, no burst."""
@@ -117,6 +134,11 @@ class SlackCaller:
         pace = self._paces.get(channel)
         if pace is None:
             pace = self._paces[channel] = ChannelPace(self.post_interval, self.burst)
+        return pace
+
+    def add_pace(self, key: str, interval: float, burst: int) -> ChannelPace:
+        """A pace of its own under `key` (e.g. a workspace-wide budget for one method)."""
+        pace = self._paces[key] = ChannelPace(interval, burst)
         return pace
 
     async def bot_id(self) -> str:

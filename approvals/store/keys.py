@@ -85,6 +85,20 @@ class Keys:
         """Set: cached members of a Slack user group."""
         return f"{self.prefix}:ugroup:{group_id}"
 
+    def digest_index(self, channel: str) -> str:
+        """Hash: `open`, the id of the channel's digest taking new rows (store/digests.py)."""
+        return f"{self.prefix}:digests:{quote(channel, safe='')}"
+
+    def digest(self, digest_id: str) -> str:
+        """Hash: one digest message: `channel`, `n`, `row:<i>` (`<request id> <round>`),
+        `version`, `drawn`, `ts`, `posted_at`, `posting` (approvals/store/digests.py)."""
+        return f"{self.prefix}:digest:{digest_id}"
+
+    @property
+    def digest_dirty(self) -> str:
+        """Sorted set: digest ids whose Slack message is behind, scored by when to draw it."""
+        return f"{self.prefix}:digests:dirty"
+
     def lock(self, name: str) -> str:
         """String: a short-lived lock (e.g. the sweeper's)."""
         return f"{self.prefix}:lock:{name}"

@@ -202,6 +202,7 @@ class SlackEmulator:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._response_targets: dict[str, tuple[str, str]] = {}
         self._rate = None
+        self._method_rates: dict[str, tuple[float, float]] = {}
         self._notify()
 
     def add_user(
@@ -259,6 +260,12 @@ class SlackEmulator:
         """Token bucket per channel for chat.postMessage; over the limit → 429 + Retry-After."""
         self._rate = (per_channel_per_second, float(burst))
         self._buckets.clear()
+
+    def enforce_method_rate(self, method: str, per_minute: float, burst: int) -> None:
+        """Token bucket for `method` across the workspace (Slack's method tiers: chat.update
+        is Tier 3, about 50 a minute with bursts tolerated); over it → 429 + Retry-After."""
+        self._method_rates[method] = (per_minute / 60.0, float(burst))
+        self._buckets.pop(f"method:{method}", None)
 
     def calls_to(self, method: str, *, ok: bool | None = None) -> list[Call]:
         calls = self._by_method.get(method, [])
@@ -389,12 +396,15 @@ class SlackEmulator:
             return 429, limited, {"Retry-After": str(fault.value)}, 0.0
         if fault is not None and fault.kind == "error":
             return 200, {"ok": False, "error": str(fault.value)}, {}, 0.0
-        if method == "chat.postMessage" and self._rate is not None:
-            wait = self._take_token(str(body.get("channel", "")))
-            if wait > 0:
-                retry_after = str(max(1, math.ceil(wait)))
-                limited = {"ok": False, "error": "ratelimited"}
-                return 429, limited, {"Retry-After": retry_after}, 0.0
+        wait = 0.0
+        if method in self._method_rates:
+            wait = self._take_token(f"method:{method}", self._method_rates[method])
+        if method == "chat.postMessage" and self._rate is not None and wait <= 0:
+            wait = self._take_token(str(body.get("channel", "")), self._rate)
+        if wait > 0:
+            retry_after = str(max(1, math.ceil(wait)))
+            limited = {"ok": False, "error": "ratelimited"}
+            return 429, limited, {"Retry-After": retry_after}, 0.0
         try:
             return 200, {"ok": True, **handler(body)}, {}, late
         except _SlackError as e:
@@ -410,17 +420,17 @@ class SlackEmulator:
             queue.popleft()
         return fault
 
-    def _take_token(self, channel: str) -> float:
-        """Consume one token for channel; return seconds to wait if none is available."""
-        assert self._rate is not None
-        rate, burst = self._rate
+    def _take_token(self, bucket: str, limit: tuple[float, float]) -> float:
+        """Consume one token of `bucket` (a channel, or `method:<name>`) under `limit`
+        (tokens per second, burst); return seconds to wait if none is available."""
+        rate, burst = limit
         now = self.clock()
-        tokens, updated = self._buckets.get(channel, (burst, now))
+        tokens, updated = self._buckets.get(bucket, (burst, now))
         tokens = min(burst, tokens + (now - updated) * rate)
         if tokens >= 1:
-            self._buckets[channel] = (tokens - 1, now)
+            self._buckets[bucket] = (tokens - 1, now)
             return 0.0
-        self._buckets[channel] = (tokens, now)
+        self._buckets[bucket] = (tokens, now)
         return (1 - tokens) / rate
 
     async def _handle_response_url(self, request: web.Request) -> web.StreamResponse:

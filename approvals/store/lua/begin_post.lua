@@ -6,12 +6,14 @@
 -- Returns {'gone'} | {'closed', status} | {'moved'} | {'posted'} | {'busy', holder}
 --       | {'go', first earlier attempt (epoch s) or '', earlier attempts}
 local field = 'posting:' .. ARGV[3]
-local f = redis.call('HMGET', KEYS[1], 'status', 'escalations', 'message', field)
+local f = redis.call('HMGET', KEYS[1], 'status', 'escalations', 'message', field,
+  'digest:' .. ARGV[3])
 local status, raw = f[1], f[4]
 if not status then return {'gone'} end
 if status ~= 'pending' then return {'closed', status} end
 if (f[2] or '0') ~= ARGV[3] then return {'moved'} end
-if f[3] then return {'posted'} end
+-- A row of a digest message (digest_add.lua) is its place this round: nothing to post.
+if f[3] or f[5] then return {'posted'} end
 local held = redis.call('GET', KEYS[2])
 if held and held ~= ARGV[1] and held ~= ARGV[6] then return {'busy', held} end
 redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])

@@ -1,0 +1,303 @@
+"""Drawing digest messages: the Slack side of approval storms (approvals/store/digests.py).
+
+The dispatcher lists a request in its channel's digest when its own post would
+wait behind the channel's pacing (bot/dispatcher.py `_storming`); the digest is
+then marked dirty in Redis. `DigestDrawer` (one per dispatcher, on every
+replica) draws dirty digests that are due: under the digest's draw lock
+(`digest_begin.lua`; a lock of a replica that is gone is taken over), it posts
+the digest's message the first time — ahead of the channel's queued posts (a
+priority wait on the channel's pace) and exactly once: an attempt that follows
+one whose outcome nobody saw adopts the copy it finds in the channel's history
+(metadata `approval_digest`) — and afterwards updates it with chat.update,
+through a workspace-wide budget for those updates (Slack's chat.update is a Tier
+3 method, about 50 a minute), at most once per digest per `digest_interval`
+however many of its rows changed. What it drew is recorded (`digest_drawn.lua`);
+a digest that changed meanwhile stays dirty. Work owed survives a restart: the
+dirty set is in Redis, and every replica looks at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from approvals.models import ApprovalRequest, Decision, SlackMessage
+from approvals.slack_ids import is_user, is_user_group
+from approvals.store.connection import cancel_and_wait
+from approvals.store.digests import Digest, Digests, placements
+from approvals.store.outbox import Outbox
+from bot import copies, digest_blocks
+from bot.context import BotContext
+from bot.slack_calls import Permanent, SlackCaller, Unsure
+
+log = logging.getLogger(__name__)
+
+#: The pace key of digest updates: one budget for the whole workspace (Tier 3).
+UPDATE_PACE = "digest:chat.update"
+#: While one replica draws a digest, others leave it alone this long (a replica that is gone
+#: — no heartbeat — loses it at once).
+DRAW_LOCK_SECONDS = 120
+
+
+@dataclass(frozen=True)
+class DigestOptions:
+    """The drawer's timing (bot/dispatcher.py `DispatcherOptions` digest_* fields)."""
+
+    interval: float = 1.0
+    update_interval: float = 1.2
+    update_burst: int = 5
+    poll: float = 2.0
+    backoff: float = 1.0
+
+
+class DigestDrawer:
+    """Draws the dirty digests that are due, woken by this process or by a slow poll."""
+
+    def __init__(
+        self,
+        ctx: BotContext,
+        digests: Digests,
+        slack: SlackCaller,
+        outbox: Outbox,
+        options: DigestOptions,
+    ) -> None:
+        self.ctx = ctx
+        self.digests = digests
+        self.slack = slack
+        self.outbox = outbox
+        self.options = options
+        slack.add_pace(UPDATE_PACE, options.update_interval, options.update_burst)
+        self._wake = asyncio.Event()
+        self._drawing: dict[str, asyncio.Task[None]] = {}
+        self._skip_until: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"digests-{self.outbox.consumer}")
+
+    async def stop(self) -> None:
+        await cancel_and_wait([t for t in (self._task, *self._drawing.values()) if t])
+        self._task = None
+        self._drawing.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def touch(self, row: dict[str, str]) -> None:
+        """A request changed: redraw every digest that lists it (`row`: its hash)."""
+        found = [digest_id for _round, digest_id in placements(row)]
+        if found:
+            await self.digests.touch(found, time.time())
+            self.wake()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        o = self.options
+        while True:
+            timeout = o.poll
+            try:
+                now, mono = time.time(), time.monotonic()
+                due, next_at = await self.digests.due(now)
+                for digest_id in due:
+                    if digest_id in self._drawing or self._skip_until.get(digest_id, 0) > mono:
+                        continue
+                    self._skip_until.pop(digest_id, None)
+                    self._drawing[digest_id] = asyncio.create_task(
+                        self._draw(digest_id), name=f"digest-{digest_id}"
+                    )
+                if next_at is not None:
+                    # Something is dirty: look again soon (a draw that ends wakes us too).
+                    soon = next_at - now if next_at > now else o.interval / 4
+                    timeout = max(0.01, min(timeout, soon))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("digest poll failed error=%r", e)
+                self.ctx.metrics.redis_errors.labels(component="digests").inc()
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _draw(self, digest_id: str) -> None:
+        try:
+            await self._draw_once(digest_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("digest draw failed digest=%s error=%r", digest_id, e)
+        finally:
+            self._drawing.pop(digest_id, None)
+            self.wake()
+
+    async def _draw_once(self, digest_id: str) -> None:
+        o = self.options
+        holder = self.outbox.holder
+        kwargs: dict[str, Any] = {"holder": holder, "lock_seconds": DRAW_LOCK_SECONDS}
+        begin = await self.digests.begin(digest_id, now=time.time(), **kwargs)
+        if begin.state == "busy":
+            if await self.outbox.holder_alive(begin.holder):
+                self._skip_until[digest_id] = time.monotonic() + o.interval
+                return
+            log.warning("taking over a digest from a gone replica digest=%s", digest_id)
+            begin = await self.digests.begin(
+                digest_id, now=time.time(), gone_holder=begin.holder, **kwargs
+            )
+            if begin.state == "busy":
+                self._skip_until[digest_id] = time.monotonic() + o.interval
+                return
+        if begin.state == "gone":
+            await self.digests.drawn(
+                digest_id, version=0, ts="", now=time.time(), next_in=0, holder=holder
+            )
+            return
+        channel, ts, posted = begin.channel, begin.ts, ""
+        drew: int | None = None
+        next_in = o.interval
+        try:
+            if not ts and begin.earlier_at is not None:
+                found = await self._find(channel, digest_id, begin.earlier_at)
+                if found:
+                    log.warning(
+                        "adopting a digest posted by an earlier attempt digest=%s", digest_id
+                    )
+                    ts = posted = found[0].ts
+            if not ts:
+                await self.slack.pace(channel).acquire(priority=True)
+                digest, message = await self._render(digest_id)
+                if digest is None:
+                    return
+                try:
+                    answer = await self.slack.call(
+                        channel, "chat_postMessage", channel=channel, once=True, **message
+                    )
+                except Permanent as e:
+                    await self._fail_rows(digest, f"Slack refused the digest message: {e.error}")
+                    drew = digest.version
+                    return
+                ts = posted = str(answer["ts"])
+                drew = digest.version
+                self.ctx.metrics.slack_posts.labels(how="digest").inc()
+                log.info(
+                    "posted digest digest=%s channel=%s ts=%s rows=%d",
+                    digest_id,
+                    channel,
+                    ts,
+                    len(digest.rows),
+                )
+                await self._dm_reviewers(digest, SlackMessage(channel=channel, ts=ts))
+            else:
+                await self.slack.pace(UPDATE_PACE).acquire()
+                digest, message = await self._render(digest_id)
+                if digest is None:
+                    return
+                try:
+                    await self.slack.call(
+                        UPDATE_PACE, "chat_update", channel=channel, ts=ts, **message
+                    )
+                    self.ctx.metrics.slack_updates.inc()
+                except Permanent as e:
+                    log.warning("could not update digest digest=%s error=%s", digest_id, e.error)
+                drew = digest.version
+        except Exception as e:
+            log.warning("digest draw owed, will retry digest=%s error=%s", digest_id, e)
+            next_in = max(o.backoff, o.interval)
+            raise
+        finally:
+            await asyncio.shield(
+                self.digests.drawn(
+                    digest_id,
+                    version=drew,
+                    ts=posted,
+                    now=time.time(),
+                    next_in=next_in,
+                    holder=holder,
+                )
+            )
+        if self.ctx.home is not None:
+            self.ctx.home.changed()
+
+    async def _render(self, digest_id: str) -> tuple[Digest | None, dict[str, Any]]:
+        digest = await self.digests.get(digest_id)
+        if digest is None:
+            return None, {}
+        requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
+        message = digest_blocks.digest_message(digest, requests)
+        return digest, message | {"metadata": copies.digest_metadata(digest_id)}
+
+    async def _find(self, channel: str, digest_id: str, since: float) -> list[SlackMessage]:
+        bot_id = await self.slack.bot_id()
+
+        async def history(method: str, **kwargs: Any) -> Any:
+            return await self.slack.call(kwargs["channel"], method, **kwargs)
+
+        try:
+            return await copies.find_matching(
+                history,
+                channel,
+                lambda m: copies.is_digest_copy(m, digest_id, bot_id),
+                since=since,
+            )
+        except Permanent as e:
+            log.warning(
+                "cannot read channel history for a digest (%s) channel=%s", e.error, channel
+            )
+            return []
+
+    async def _fail_rows(self, digest: Digest, reason: str) -> None:
+        """The digest cannot be posted: its waiting requests end as errors (no agent waits on
+        a message that will never come)."""
+        for row in digest.rows:
+            result = await self.ctx.store.resolve(
+                row.request_id, Decision.error(reason, by="slack")
+            )
+            log.error("request failed id=%s reason=%s won=%s", row.request_id, reason, result.won)
+
+    async def _dm_reviewers(self, digest: Digest, where: SlackMessage) -> None:
+        """Routes with `dm_reviewers`: each of their reviewers gets one DM per digest."""
+        requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
+        routes = self.ctx.service.policy.routes
+        users: list[str] = []
+        count = 0
+        for request in requests.values():
+            route = routes.get(request.route)
+            if route is None or not route.dm_reviewers or not request.is_pending:
+                continue
+            count += 1
+            users += await self._reviewers(request)
+        for user in dict.fromkeys(users):
+            try:
+                opened = await self.slack.call(user, "conversations_open", users=user)
+                dm = opened["channel"]["id"]
+                await self.slack.call(
+                    dm,
+                    "chat_postMessage",
+                    channel=dm,
+                    paced=True,
+                    text=f"Your review is needed in <#{where.channel}>: "
+                    f"{count} approval requests are listed in one message there.",
+                )
+            except (Permanent, Unsure) as e:
+                log.warning("could not DM reviewer user=%s error=%s", user, e)
+
+    async def _reviewers(self, request: ApprovalRequest) -> list[str]:
+        users = [r for r in request.reviewers if is_user(r)]
+        membership = self.ctx.service.membership
+        for group in (r for r in request.reviewers if is_user_group(r)):
+            users += sorted(await membership(group)) if membership else []
+        return [u for u in users if u != request.requester]
+
+
+async def place(ctx: BotContext, request: ApprovalRequest) -> SlackMessage | None:
+    """Where a request can be found in Slack this round: its message, or its digest's."""
+    if request.message is not None:
+        return request.message
+    digest_id = await ctx.redis.hget(ctx.keys.request(request.id), f"digest:{request.escalations}")
+    if not digest_id:
+        return None
+    digests = Digests(ctx.redis, ctx.keys)
+    return await digests.message(digest_id.decode() if isinstance(digest_id, bytes) else digest_id)

@@ -1,0 +1,409 @@
+"""Approval storms end to end (issue 13): many requests for one channel at once are listed in
+digest messages, within the pacing the emulator enforces (429 + Retry-After), each with
+exactly one live set of buttons across the channel; a digest row is decided in its review
+modal through the same checks as the message buttons; the digest follows every decision;
+a restart mid-storm neither doubles a digest nor loses a row. Fast pacing constants, so the
+scenario takes about a second; counts and states are asserted, never timings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.policy_file import parse_policy
+from approvals.service import Actor
+from approvals.store.keys import Keys
+from bot import digest_blocks, ids
+from bot.app import Bot
+from bot.copies import DIGEST_EVENT_TYPE
+from bot.dispatcher import DispatcherOptions
+from tests.support import eventually
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer
+from tests.support.slack_emulator import SlackEmulator
+
+STORM = 30
+ROWS = 10  # rows per digest, so a storm of 30 needs several digests
+
+
+def storm_options(**kw: Any) -> DispatcherOptions:
+    """Slack's pacing, 5 times faster: 5 posts/s per channel after a burst of 3."""
+    options: dict[str, Any] = {
+        "pacing": True,
+        "post_interval": 0.2,
+        "burst": 3,
+        "digest_after": 0.6,
+        "digest_rows": ROWS,
+        "digest_interval": 0.1,
+        "digest_update_interval": 0.05,
+        "digest_poll": 0.5,
+        "read_block_ms": 100,
+        "backoff_base": 0.05,
+        "backoff_max": 0.3,
+        "heartbeat_interval": 0.1,
+        "heartbeat_ttl": 0.5,
+        "reap_interval": 0.1,
+    }
+    return DispatcherOptions(**(options | kw))
+
+
+def policy(**route: Any) -> Any:
+    base = {"channel": CHANNEL, "reviewers": ["U0ALICE", "U0BOB", "U0CAROL"]}
+    return parse_policy({"routes": {"default": {**base, **route}}}, source="test")
+
+
+async def storm(bot: Bot, n: int = STORM, **config: Any) -> list[str]:
+    assert bot.ctx is not None
+    service = bot.ctx.service
+    created = await asyncio.gather(
+        *(
+            service.submit(
+                ApprovalEvent(tool_name=f"deploy{i}", arguments={"n": i}),
+                ApprovalConfig(**config) if config else None,
+            )
+            for i in range(n)
+        )
+    )
+    return [r.id for r in created]
+
+
+def live_buttons(slack: SlackEmulator) -> Counter[str]:
+    """Request id → live sets of buttons for it across every message of the channel: the
+    buttons of its own message, or its digest row's Review button."""
+    live: Counter[str] = Counter()
+    for message in slack.messages_in(CHANNEL):
+        for block in message.get("blocks", []):
+            if block.get("type") == "actions":
+                values = {str(e.get("value", "")).split("@")[0] for e in block["elements"]}
+                live.update(v for v in values if v)
+            accessory = block.get("accessory") or {}
+            if accessory.get("action_id") == ids.REVIEW:
+                live[ids.read_review_value(str(accessory["value"]))[0]] += 1
+    return live
+
+
+def digests_in(slack: SlackEmulator) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in slack.messages_in(CHANNEL)
+        if (m.get("metadata") or {}).get("event_type") == DIGEST_EVENT_TYPE
+    ]
+
+
+def digest_of(slack: SlackEmulator, request_id: str) -> dict[str, Any]:
+    for message in digests_in(slack):
+        if request_id in json.dumps(message["blocks"]):
+            return message
+    raise AssertionError(f"{request_id} is in no digest")
+
+
+def row_of(message: dict[str, Any], request_id: str) -> dict[str, Any]:
+    (row,) = [
+        b
+        for b in message["blocks"]
+        if b.get("block_id", "").startswith("digest_row:") and request_id in json.dumps(b)
+    ]
+    return row
+
+
+async def everyone_placed(slack: SlackEmulator, rids: list[str]) -> Counter[str]:
+    live = await eventually(
+        lambda: (lambda c: c if all(c[r] for r in rids) else None)(live_buttons(slack)),
+        within=20,
+        what="every request in Slack",
+    )
+    assert isinstance(live, Counter)
+    return live
+
+
+async def settled(bot: Bot) -> None:
+    """Until no digest is dirty (its message shows its latest content)."""
+    assert bot.ctx is not None
+    ctx = bot.ctx
+
+    async def clean() -> bool:
+        # Every outbox entry read and acked (a decision's entry touches its digest), and
+        # then no digest dirty.
+        groups = await ctx.redis.xinfo_groups(ctx.keys.outbox)
+        last = await ctx.redis.xrevrange(ctx.keys.outbox, count=1)
+        (group,) = [g for g in groups if g["name"] == "bot"]
+        if last and (group["last-delivered-id"] != last[0][0] or group["pending"]):
+            return False
+        return not await ctx.redis.zcard(ctx.keys.digest_dirty)
+
+    await eventually(clean, within=20, what="every digest drawn")
+
+
+async def review(
+    who: Reviewer, bot: Bot, slack: SlackEmulator, request_id: str, decision: str, text: str = ""
+) -> dict[str, Any]:
+    """Click the request's Review… in its digest, then submit the modal with `decision`."""
+    opened = len(slack.calls_to("views.open"))
+    assert await _click(who, bot, request_id, digest_of(slack, request_id)) == 200
+    await slack.wait_for("views.open", opened + 1)
+    view = slack.calls_to("views.open")[-1].body["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    values: dict[str, Any] = {
+        ids.REVIEW_DECISION_BLOCK: {
+            ids.REVIEW_DECISION_ACTION: {
+                "type": "static_select",
+                "selected_option": {"value": decision},
+            }
+        },
+        ids.REVIEW_TEXT_BLOCK: {
+            ids.REVIEW_TEXT_ACTION: {"type": "plain_text_input", "value": text}
+        },
+    }
+    submit = who.submit_payload(view, {})
+    submit["view"]["state"] = {"values": values}
+    assert await who.send(bot, submit) == 200
+    return view
+
+
+async def test_a_storm_gives_every_request_one_live_place_within_the_pacing(
+    make_bot: BotFactory, slack: SlackEmulator, keys: Keys
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    slack.enforce_method_rate("chat.update", per_minute=50 * 5, burst=5)
+    bot = await make_bot(dispatcher=storm_options())
+    rids = await storm(bot)
+    live = await everyone_placed(slack, rids)
+    await settled(bot)
+    live = live_buttons(slack)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), "one live set of buttons each"
+    digests = digests_in(slack)
+    own = [m for m in slack.messages_in(CHANNEL) if m not in digests]
+    rows = sum(len(digest_blocks.waiting_rows(m)) for m in digests)
+    assert len(own) + rows == STORM
+    assert len(own) < STORM // 2, "most of the storm went to digests"
+    # Digests of at most ROWS rows, each posted once (its metadata names it once).
+    ids_posted = [m["metadata"]["event_payload"]["digest_id"] for m in digests]
+    assert len(ids_posted) == len(set(ids_posted)) == -(-rows // ROWS)
+    assert all(len(m["blocks"]) <= 50 for m in digests)
+    # Within Slack's limits: nothing refused for a reason other than a rate limit, and every
+    # 429 waited out (every post that was refused came back and landed).
+    refused = [c for c in slack.calls if not c.ok and c.status != 429]
+    assert not refused, [(c.method, c.response) for c in refused]
+    posts = slack.calls_to("chat.postMessage", ok=True)
+    assert len(posts) == len(own) + len(digests)
+
+
+async def test_a_digest_row_is_decided_in_its_review_modal_and_the_row_follows(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(policy(), dispatcher=storm_options())
+    rids = await storm(bot, 12)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    listed = [r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack))]
+    target = listed[0]
+    as_first_seen = json.loads(json.dumps(digest_of(slack, target)))
+    alice: Reviewer = reviewer("U0ALICE")
+    view = await review(alice, bot, slack, target, ids.REVIEW_APPROVE)
+    # The modal showed the request in full (its arguments), bound to the version shown.
+    assert '\\"n\\"' in json.dumps(view["blocks"]) or '"n"' in json.dumps(view["blocks"])
+    assert bot.ctx is not None
+    request = await eventually(lambda: _decided(bot, target), what="the decision from the modal")
+    assert request.status == "approved" and request.decision.decided_by == "U0ALICE"
+    await settled(bot)
+    row = row_of(digest_of(slack, target), target)
+    assert "accessory" not in row and "Approved" in row["text"]["text"]
+    assert live_buttons(slack)[target] == 0
+    # A stale click on the old row (the message as Bob still sees it) is answered, not decided.
+    bob: Reviewer = reviewer("U0BOB")
+    before = len(slack.calls_to("chat.postEphemeral"))
+    stale = await _click(bob, bot, target, as_first_seen)
+    assert stale == 200
+    await slack.wait_for("chat.postEphemeral", before + 1)
+    assert "Already approved" in slack.calls_to("chat.postEphemeral")[-1].body["text"]
+    after = await bot.ctx.store.get(target)
+    assert after.decision is not None and after.decision.decided_by == "U0ALICE"
+
+
+async def test_every_row_decided_says_so_and_a_burst_of_decisions_is_drawn_coalesced(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    options = storm_options(digest_rows=45, digest_interval=1.0)
+    bot = await make_bot(policy(), dispatcher=options)
+    rids = await storm(bot, 12)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    (digest,) = digests_in(slack)
+    listed = [r for r in rids if r in json.dumps(digest["blocks"])]
+    assert len(listed) >= 5
+    await review(reviewer("U0ALICE"), bot, slack, listed[0], ids.REVIEW_DENY, "not on a Friday")
+    denied = await eventually(lambda: _decided(bot, listed[0]))
+    assert denied.status == "denied" and denied.decision.reason == "not on a Friday"
+    await settled(bot)
+    drawn_before = len(slack.calls_to("chat.update"))
+    assert bot.ctx is not None
+    service = bot.ctx.service
+    rest = listed[1:]
+    await asyncio.gather(*(service.decide(r, "approve", Actor("U0BOB", via="slack")) for r in rest))
+    await settled(bot)
+    (digest,) = digests_in(slack)
+    assert digest["blocks"][0]["text"]["text"].startswith("✅ All")
+    assert not digest_blocks.waiting_rows(digest)
+    assert all("Approved" in row_of(digest, r)["text"]["text"] for r in rest)
+    # A burst of decisions is drawn in fewer updates of the digest than decisions.
+    digest_updates = [
+        c for c in slack.calls_to("chat.update")[drawn_before:] if c.body.get("ts") == digest["ts"]
+    ]
+    assert 1 <= len(digest_updates) < len(rest)
+
+
+async def test_quorum_from_a_digest_needs_two_reviewers_and_the_row_shows_progress(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(policy(quorum=2), dispatcher=storm_options())
+    rids = await storm(bot, 10)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
+    await review(reviewer("U0ALICE"), bot, slack, target, ids.REVIEW_APPROVE)
+    assert bot.ctx is not None
+    await eventually(lambda: _votes(bot, target))
+    await settled(bot)
+    row = row_of(digest_of(slack, target), target)
+    assert "1 of 2 approvals" in row["text"]["text"] and "accessory" in row
+    # The same reviewer again changes nothing; a second reviewer decides.
+    await review(reviewer("U0ALICE"), bot, slack, target, ids.REVIEW_APPROVE)
+    await slack.wait_for("chat.postEphemeral", 1)
+    assert "already voted" in slack.calls_to("chat.postEphemeral")[-1].body["text"]
+    assert (await bot.ctx.store.get(target)).is_pending
+    await review(reviewer("U0BOB"), bot, slack, target, ids.REVIEW_APPROVE)
+    request = await eventually(lambda: _decided(bot, target))
+    assert request.status == "approved"
+    await settled(bot)
+    assert "accessory" not in row_of(digest_of(slack, target), target)
+
+
+async def test_a_row_refuses_who_may_not_decide_and_a_stale_version(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(policy(), dispatcher=storm_options())
+    rids = await storm(bot, 10)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
+    # Not a reviewer: refused at the Review click, no modal.
+    mallory: Reviewer = reviewer("U0MALLORY")
+    assert await _click(mallory, bot, target, digest_of(slack, target)) == 200
+    await slack.wait_for("chat.postEphemeral", 1)
+    assert "not one of the reviewers" in slack.calls_to("chat.postEphemeral")[-1].body["text"]
+    assert not slack.calls_to("views.open")
+    # A modal opened, then the arguments edited by another reviewer: the submit is turned away.
+    alice: Reviewer = reviewer("U0ALICE")
+    message = digest_of(slack, target)
+    assert await _click(alice, bot, target, message) == 200
+    await slack.wait_for("views.open", 1)
+    view = slack.calls_to("views.open")[-1].body["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    assert bot.ctx is not None
+    await bot.ctx.service.edit(target, Actor("U0BOB", via="slack"), {"n": 999})
+    request = await bot.ctx.store.get(target)
+    if request.is_pending:  # quorum 1: Bob's edit approved it; else it is a proposal
+        submit = alice.submit_payload(view, {})
+        submit["view"]["state"] = {
+            "values": {
+                ids.REVIEW_DECISION_BLOCK: {
+                    ids.REVIEW_DECISION_ACTION: {"selected_option": {"value": ids.REVIEW_APPROVE}}
+                }
+            }
+        }
+        assert await alice.send(bot, submit) == 200
+        await slack.wait_for("chat.postEphemeral", 2)
+        assert (await bot.ctx.store.get(target)).is_pending
+    else:
+        assert request.decision is not None and request.decision.decided_by == "U0BOB"
+
+
+async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    # Slack takes a while to post (and finishes even when the client has gone).
+    slack.set_latency(0.5, "chat.postMessage")
+    first = await make_bot(dispatcher=storm_options())
+    rids = await storm(first, STORM)
+    await slack.wait_until(
+        lambda: any(
+            (body.get("metadata") or {}).get("event_type") == DIGEST_EVENT_TYPE
+            for method, body, _ in slack.arrivals
+            if method == "chat.postMessage"
+        ),
+        20,
+        "a digest post in flight",
+    )
+    await first.stop()  # mid-storm: the digest post's answer is never seen by this replica
+    # Slack finishes what was in flight (a replica that is gone holds its locks until its
+    # heartbeat expires, longer than that).
+    await slack.wait_until(lambda: len(slack.calls) == len(slack.arrivals), 10, "Slack done")
+    second = await make_bot(dispatcher=storm_options())
+    live = await everyone_placed(slack, rids)
+    await settled(second)
+    await asyncio.sleep(0.3)
+    live = live_buttons(slack)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1)
+    ids_posted = [m["metadata"]["event_payload"]["digest_id"] for m in digests_in(slack)]
+    assert len(ids_posted) == len(set(ids_posted)), "no digest posted twice"
+    assert second.ctx is not None
+    found = await second.ctx.store.get_many(rids)
+    assert all(r.is_pending for r in found.values())
+
+
+async def test_every_key_a_storm_writes_has_a_ttl(
+    make_bot: BotFactory, slack: SlackEmulator, keys: Keys
+) -> None:
+    bot = await make_bot(dispatcher=storm_options())
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert bot.ctx is not None
+    redis = bot.ctx.redis
+    digest_keys = [k async for k in redis.scan_iter(match=f"{keys.prefix}:digest*")]
+    assert digest_keys
+    for key in digest_keys:
+        assert await redis.ttl(key) > 0, key
+
+
+async def _decided(bot: Bot, request_id: str) -> Any:
+    assert bot.ctx is not None
+    request = await bot.ctx.store.get(request_id)
+    return None if request.is_pending else request
+
+
+async def _votes(bot: Bot, request_id: str) -> Any:
+    assert bot.ctx is not None
+    return (await bot.ctx.store.get(request_id)).votes
+
+
+async def _click(who: Reviewer, bot: Bot, request_id: str, message: dict[str, Any]) -> int:
+    """A Review… click on the request's row as `message` shows it."""
+    row = row_of(message, request_id)
+    click = {
+        "type": "block_actions",
+        "user": {"id": who.user, "username": who.user.lower(), "team_id": "T0EMULATED"},
+        "api_app_id": "A0APPID",
+        "team": {"id": "T0EMULATED", "domain": "emulated"},
+        "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL},
+        "trigger_id": "1234.5678",
+        "channel": {"id": CHANNEL, "name": "approvals"},
+        "message": message,
+        "actions": [
+            {
+                "action_id": ids.REVIEW,
+                "block_id": row["block_id"],
+                "type": "button",
+                "value": row["accessory"]["value"],
+                "action_ts": "1.0",
+            }
+        ],
+    }
+    return await who.send(bot, click)
