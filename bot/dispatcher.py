@@ -81,7 +81,7 @@ class DispatcherOptions:
     digest_interval: float = 1.0
     #: chat.update of digests, workspace-wide (Slack Tier 3, ~50/min): one per interval, burst.
     digest_update_interval: float = 1.2
-    digest_update_burst: int = 5
+    digest_update_burst: int = 3
     #: How often every replica looks for dirty digests nobody is drawing (a replica gone).
     digest_poll: float = 2.0
 

@@ -39,7 +39,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-
 def nothing_on_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a fresh machine: nothing answers on localhost:6379 (this one may have a Redis)."""
     real_answers = bot_app.embedded_redis.answers

@@ -106,7 +106,6 @@ async def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, within: floa
         await asyncio.sleep(0.05)
 
 
-
 # -- Slack unreachable, refused ----------------------------------------------------------------
 
 

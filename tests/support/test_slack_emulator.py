@@ -277,6 +277,36 @@ async def test_enforce_rate_is_per_channel(slack: SlackEmulator, client: AsyncWe
     assert [m["text"] for m in slack.messages_in("C1")] == ["1", "2", "3 again"]
 
 
+async def test_enforce_method_rate_is_per_workspace(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    now = [1000.0]
+    slack.clock = lambda: now[0]
+    one = await client.chat_postMessage(channel="C1", text="a")
+    two = await client.chat_postMessage(channel="C2", text="b")
+    slack.enforce_method_rate("chat.update", per_minute=60, burst=2)
+    assert (await client.chat_update(channel="C1", ts=one["ts"], text="a1"))["ok"]
+    assert (await client.chat_update(channel="C2", ts=two["ts"], text="b1"))["ok"]
+    # A third update, in any channel, is over the workspace's budget: 429 + Retry-After.
+    err = await api_error(client.chat_update(channel="C1", ts=one["ts"], text="a2"))
+    assert err.response.status_code == 429 and err.response.headers["Retry-After"] == "1"
+    assert slack.messages[("C1", one["ts"])]["text"] == "a1"
+    assert (await client.chat_postMessage(channel="C1", text="posts are not limited"))["ok"]
+    now[0] += 1.0  # one token a second at 60/min
+    assert (await client.chat_update(channel="C1", ts=one["ts"], text="a2"))["ok"]
+
+
+async def test_updates_hold_slacks_50_block_cap(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    posted = await client.chat_postMessage(channel="C1", text="x", blocks=[SECTION])
+    err = await api_error(
+        client.chat_update(channel="C1", ts=posted["ts"], text="x", blocks=[SECTION] * 51)
+    )
+    assert err.response["error"] == "invalid_blocks"
+    assert slack.messages[("C1", posted["ts"])]["blocks"] == [SECTION]
+
+
 async def test_latency_applies_per_method(slack: SlackEmulator, client: AsyncWebClient) -> None:
     slack.set_latency(0.2, method="auth.test")
     started = time.monotonic()
