@@ -1,0 +1,750 @@
+"""Benchmark: parked HTTP long-polls (`GET /v1/approvals/{id}?wait=`) against the bot in its
+own process — RSS, file descriptors and Redis connections per parked long-poll, and the
+decision → long-poll returned latency next to the bare PUBLISH → subscriber floor.
+
+    .venv/bin/python -m bench.bench_longpoll [--sizes 2000,10000] [--embedded]
+
+Three processes: the bot (`approval-bot serve`, a fresh one per phase), the agents (a
+child holding every long-poll on its own sockets) and this one (the Slack emulator, the
+reviewer's signed clicks, the decisions, the measurements). Prints tables, then one JSON
+line. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+from redis.asyncio import Redis
+
+from approvals.models import Decision
+from approvals.store.connection import connect
+from approvals.store.keys import Keys
+from approvals.store.store import ApprovalStore
+from bench.bench_e2e import bot_client_names, connections
+from bench.bench_waiters import run_floor
+from bench.common import (
+    add_redis_arguments,
+    delete_prefix,
+    machine,
+    pace,
+    redis_server,
+    server_name,
+    spawn,
+    summarize_ms,
+    table,
+    verdict,
+)
+from bot import ids
+from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
+from tests.support.slack_emulator import SlackEmulator
+
+API_TOKEN = "bench-token"
+REVIEWER = "U0BENCHREVIEWER"
+RSS_TARGET_KIB = 8.0  # per parked long-poll (issue 13)
+FLOOR_FACTOR = 5.0  # decision → returned p99 ≤ 5 x the floor (issue 13)
+WAIT = 60  # the bot caps ?wait= at 60 s (BotContext.max_wait_seconds); agents re-poll
+
+# The bot, as `approval-bot serve`, with two additions: SIGUSR1 runs gc.collect(), so its RSS
+# can be read after a collection, and (with --profile-bot) SIGUSR2 toggles a cProfile.
+SERVE = """
+import cProfile, gc, signal, sys
+signal.signal(signal.SIGUSR1, lambda *a: gc.collect())
+if len(sys.argv) > 1:  # SIGUSR2 starts a cProfile of the bot, the next one writes it out
+    profile, on = cProfile.Profile(), [False]
+    def toggle(*a):
+        if on[0]:
+            profile.disable()
+            profile.dump_stats(sys.argv[1])
+        else:
+            profile.enable()
+        on[0] = not on[0]
+    signal.signal(signal.SIGUSR2, toggle)
+from bot.cli import main
+sys.exit(main(["serve"]))
+"""
+
+# The framework's own floor: a bare aiohttp server (the bot's aiohttp, no middleware, no
+# Redis) whose handler for the same route just awaits a future that is never set.
+BARE = """
+import asyncio, gc, signal, sys
+from aiohttp import web
+async def main(port):
+    parked = 0
+    async def poll(request):
+        nonlocal parked
+        parked += 1
+        await asyncio.get_running_loop().create_future()
+    async def count(request):
+        return web.Response(text=str(parked))
+    app = web.Application()
+    app.router.add_get('/v1/approvals/{id}', poll)
+    app.router.add_get('/parked', count)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, '127.0.0.1', port).start()
+    await asyncio.Event().wait()
+signal.signal(signal.SIGUSR1, lambda *a: gc.collect())
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+# -- the bot process ----------------------------------------------------------------------------
+
+
+@dataclass
+class BotProcess:
+    proc: subprocess.Popen[bytes]
+    base: str
+    consumer: str = ""
+
+    def status(self, field: str) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        raise RuntimeError(f"no {field} for the bot process")
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    async def settled_rss(self) -> int:
+        """VmRSS after a gc.collect() in the bot and a quiet moment (two readings agree)."""
+        last = -1
+        for _ in range(20):
+            self.proc.send_signal(signal.SIGUSR1)
+            await asyncio.sleep(0.5)
+            rss = self.status("VmRSS")
+            if abs(rss - last) <= 64:
+                return rss
+            last = rss
+        return last
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def bot_process(
+    url: str, keys: Keys, slack: SlackEmulator, profile_to: str | None = None
+) -> AsyncIterator[BotProcess]:
+    port = _free_port()
+    env = dict(os.environ)
+    for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
+        env.pop(name, None)
+    env.update(
+        REDIS_URL=url,
+        APPROVALS_PREFIX=keys.prefix,
+        PORT=str(port),
+        SLACK_BOT_TOKEN=slack.token,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        APPROVALS_API_TOKENS=API_TOKEN,
+        APPROVALS_DEFAULT_CHANNEL=CHANNEL,
+        APPROVALS_SLACK_PACING="false",
+        LOG_LEVEL="WARNING",
+    )
+    argv = [sys.executable, "-c", SERVE, *([profile_to] if profile_to else [])]
+    proc = subprocess.Popen(argv, env=env)  # noqa: ASYNC220
+    bot = BotProcess(proc, f"http://127.0.0.1:{port}")
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(300):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"approval-bot serve exited with {proc.returncode}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{bot.base}/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError("approval-bot serve did not answer /healthz within 30 s")
+        yield bot
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.to_thread(proc.wait, 20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def serve_consumer(admin: Redis, seen: set[str]) -> str:
+    """The consumer name of the new bot process, from its Redis client name (one not in
+    `seen`, the names of the bots before it)."""
+    for _ in range(50):
+        for client in await admin.client_list():
+            name = str(client.get("name", ""))
+            if name.startswith("approval-bot:") and name not in seen:
+                seen.add(name)
+                return name.removeprefix("approval-bot:")
+        await asyncio.sleep(0.1)
+    return "?"
+
+
+_SEEN_BOTS: set[str] = set()
+
+
+async def parked_gauge(http: aiohttp.ClientSession, bot: BotProcess) -> int:
+    """`approvals_long_polls_parked{via="api"}` from the bot's /metrics."""
+    async with http.get(f"{bot.base}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith('approvals_long_polls_parked{via="api"}'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
+async def wait_parked(
+    http: aiohttp.ClientSession, bot: BotProcess, n: int, within: float, every: float = 0.25
+) -> int:
+    deadline = time.monotonic() + within
+    got = await parked_gauge(http, bot)
+    while got < n and time.monotonic() < deadline:
+        await asyncio.sleep(every)
+        got = await parked_gauge(http, bot)
+    return got
+
+
+# -- the agents (child process) -----------------------------------------------------------------
+
+
+def agents_side(conn: Connection, base: str) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(_agents_side(conn, base))
+    conn.close()
+
+
+async def _agents_side(conn: Connection, base: str) -> None:
+    """Commands from the pipe: ("create", n, tag) → ids; ("park", ids) → long-polls that
+    re-poll while pending and report ("woke", id, time.time(), status); ("release",) →
+    every long-poll cancelled and its socket closed; ("stop",)."""
+    loop = asyncio.get_running_loop()
+    auth = {"Authorization": f"Bearer {API_TOKEN}"}
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    http = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    inbox: asyncio.Queue[Any] = asyncio.Queue()
+    loop.add_reader(conn.fileno(), lambda: inbox.put_nowait(conn.recv()))
+    polls: set[asyncio.Task[None]] = set()
+    errors: list[str] = []
+    retried = [0]  # long-polls answered 503 and sent again
+
+    async def create(n: int, tag: str) -> list[str]:
+        gate = asyncio.Semaphore(64)
+
+        async def one(i: int) -> str:
+            body = {"tool_name": "deploy", "arguments": {"n": i}, "call_id": f"{tag}-{i}"}
+            async with gate, http.post(f"{base}/v1/approvals", json=body, headers=auth) as r:
+                got = await r.json()
+                if r.status not in (200, 201):
+                    raise RuntimeError(f"create answered {r.status}: {got}")
+                return str(got["id"])
+
+        return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+    async def long_poll(request_id: str) -> None:
+        url = f"{base}/v1/approvals/{request_id}?wait={WAIT}"
+        try:
+            while True:
+                async with http.get(url, headers=auth) as r:
+                    raw = await r.read()
+                    if r.status == 503:  # a blip (e.g. the pool busy): retry, as the client does
+                        retried[0] += 1
+                        await asyncio.sleep(0.5)
+                        continue
+                    if r.status != 200:
+                        raise RuntimeError(f"long-poll answered {r.status}: {raw[:200]!r}")
+                got = json.loads(raw)
+                if got["status"] != "pending":
+                    conn.send(("woke", request_id, time.time(), got["status"]))
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            errors.append(f"{request_id}: {e!r}")
+
+    while True:
+        cmd = await inbox.get()
+        if cmd[0] == "create":
+            conn.send(("created", await create(cmd[1], cmd[2])))
+        elif cmd[0] == "park":
+            # In slices, so the bot's listen backlog (128) does not overflow into SYN retries.
+            batch = cmd[1]
+            for k in range(0, len(batch), 200):
+                for rid in batch[k : k + 200]:
+                    task = asyncio.create_task(long_poll(rid))
+                    polls.add(task)
+                    task.add_done_callback(polls.discard)
+                await asyncio.sleep(0.02)
+            conn.send(("parking", len(batch)))
+        elif cmd[0] == "release":
+            for task in list(polls):
+                task.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+            await connector.close()
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+            await http.close()
+            http = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+            )
+            conn.send(("released", (list(errors), retried[0])))
+            errors.clear()
+            retried[0] = 0
+        elif cmd[0] == "stop":
+            loop.remove_reader(conn.fileno())
+            await http.close()
+            return
+
+
+class Agents:
+    """This process's end of the agents child: commands out, replies and wakes in."""
+
+    def __init__(self, base: str) -> None:
+        self.proc, self.conn = spawn(agents_side, base)
+        self.woke: dict[str, tuple[float, str]] = {}
+        self.replies: asyncio.Queue[Any] = asyncio.Queue()
+        self._events: dict[str, asyncio.Event] = {}
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.conn.fileno(), self._read)
+
+    def _read(self) -> None:
+        while self.conn.poll():
+            msg = self.conn.recv()
+            if msg[0] == "woke":
+                self.woke[msg[1]] = (msg[2], msg[3])
+                if (ev := self._events.get(msg[1])) is not None:
+                    ev.set()
+            else:
+                self.replies.put_nowait(msg)
+
+    async def ask(self, *cmd: Any, within: float = 300) -> Any:
+        self.conn.send(cmd)
+        return (await asyncio.wait_for(self.replies.get(), within))[1]
+
+    def watch(self, request_id: str) -> asyncio.Event:
+        ev = self._events[request_id] = asyncio.Event()
+        if request_id in self.woke:
+            ev.set()
+        return ev
+
+    async def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.conn.fileno())
+        with contextlib.suppress(Exception):
+            self.conn.send(("stop",))
+        await asyncio.to_thread(self.proc.join, 10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+async def warm_up(
+    agents: Agents, http: aiohttp.ClientSession, bot: BotProcess, store: ApprovalStore, rid: str
+) -> None:
+    """One long-poll parked and decided, so the Waiter has subscribed and read (both its
+    connections open) before the "before" figures are read."""
+    woke = agents.watch(rid)
+    await agents.ask("park", [rid])
+    await wait_parked(http, bot, 1, within=30, every=0.01)
+    await store.resolve(rid, Decision.approve(by=REVIEWER))
+    await asyncio.wait_for(woke.wait(), 30)
+
+
+async def wait_posted(slack: SlackEmulator, n: int, within: float) -> None:
+    def posted() -> bool:
+        return sum(1 for c in slack.calls if c.method == "chat.postMessage" and c.ok) >= n
+
+    await slack.wait_until(posted, within)
+
+
+# -- phases -------------------------------------------------------------------------------------
+
+
+async def memory_phase(url: str, admin: Redis, n: int) -> dict[str, Any]:
+    """A fresh bot; N requests created and posted; then N long-polls parked on them."""
+    keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
+    try:
+        async with (
+            SlackEmulator(channels={CHANNEL}) as slack,
+            bot_process(url, keys, slack) as bot,
+            aiohttp.ClientSession() as http,
+        ):
+            bot.consumer = await serve_consumer(admin, _SEEN_BOTS)
+            names = bot_client_names(bot.consumer)
+            agents = Agents(bot.base)
+            try:
+                began = time.monotonic()
+                request_ids = await agents.ask("create", n + 1, keys.prefix, within=600)
+                await wait_posted(slack, n + 1, 600)
+                created_s = time.monotonic() - began
+                await warm_up(agents, http, bot, ApprovalStore(admin, keys), request_ids.pop())
+                rss0, fds0 = await bot.settled_rss(), bot.fds()
+                conns0 = await connections(admin, names)
+                began = time.monotonic()
+                await agents.ask("park", request_ids)
+                parked = await wait_parked(http, bot, n, within=120)
+                parked_s = time.monotonic() - began
+                rss1, fds1 = await bot.settled_rss(), bot.fds()
+                conns1 = await connections(admin, names)
+                still = await parked_gauge(http, bot)
+                errors, retried = await agents.ask("release")
+                load = os.getloadavg()[0]
+            finally:
+                await agents.close()
+    finally:
+        await delete_prefix(admin, keys)
+    return {
+        "parked": n,
+        "parked_seen": parked,
+        "parked_at_end": still,
+        "create_and_post_s": round(created_s, 1),
+        "park_s": round(parked_s, 2),
+        "rss_before_kib": rss0,
+        "rss_parked_kib": rss1,
+        "rss_per_long_poll_kib": round((rss1 - rss0) / max(1, parked), 2),
+        "fds": [fds0, fds1],
+        "redis_connections": {"before": conns0, "parked": conns1},
+        "errors": errors[:5],
+        "retried_503": retried,
+        "loadavg_1m": round(load, 2),
+    }
+
+
+async def bare_phase(n: int) -> dict[str, Any]:
+    """N long-polls parked on a bare aiohttp server: what aiohttp and asyncio alone cost per
+    parked request on this machine (same agents, same request, same headers)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", BARE, str(port)])  # noqa: ASYNC220
+    server = BotProcess(proc, f"http://127.0.0.1:{port}")
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{server.base}/parked") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+
+            async def parked() -> int:
+                async with http.get(f"{server.base}/parked") as resp:
+                    return int(await resp.text())
+
+            agents = Agents(server.base)
+            try:
+                rss0 = await server.settled_rss()
+                await agents.ask("park", [f"apr_bare{i}" for i in range(n)])
+                for _ in range(240):  # up to 60 s
+                    if (seen := await parked()) >= n:
+                        break
+                    await asyncio.sleep(0.25)
+                rss1 = await server.settled_rss()
+                await agents.ask("release")
+            finally:
+                await agents.close()
+    finally:
+        proc.kill()
+        await asyncio.to_thread(proc.wait)
+    return {
+        "parked": n,
+        "parked_seen": seen,
+        "rss_before_kib": rss0,
+        "rss_parked_kib": rss1,
+        "rss_per_long_poll_kib": round((rss1 - rss0) / max(1, seen), 2),
+    }
+
+
+async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dict[str, Any]:
+    """`--background` long-polls parked throughout; each sample parks one more long-poll, then
+    decides its request: even samples by a signed Approve click through slack-bolt, odd ones by
+    the store's compare-and-set from this process (what `approval-bot approve` does)."""
+    keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
+    store = ApprovalStore(admin, keys)
+    click_ms: list[float] = []
+    cas_ms: list[float] = []
+    wrong: list[str] = []
+    try:
+        async with (
+            SlackEmulator(channels={CHANNEL}) as slack,
+            bot_process(url, keys, slack, args.profile_bot) as bot,
+            aiohttp.ClientSession() as http,
+        ):
+            agents = Agents(bot.base)
+            reviewer = Reviewer(REVIEWER, slack, http)
+            try:
+                total = args.background + args.samples
+                request_ids = await agents.ask("create", total, keys.prefix, within=600)
+                await wait_posted(slack, total, 600)
+                posts = {
+                    _request_id(c.body): c
+                    for c in slack.calls
+                    if c.method == "chat.postMessage" and c.ok
+                }
+                background, samples = request_ids[: args.background], request_ids[args.background :]
+                await agents.ask("park", background)
+                await wait_parked(http, bot, len(background), within=30)
+                if args.profile_bot:
+                    bot.proc.send_signal(signal.SIGUSR2)
+                start = time.perf_counter()
+                for k, rid in enumerate(samples):
+                    await pace(start, k, args.rate)
+                    woke = agents.watch(rid)
+                    await agents.ask("park", [rid])
+                    parked = await wait_parked(http, bot, len(background) + 1, 5, every=0.005)
+                    if parked < len(background) + 1:
+                        wrong.append(f"{rid}: not parked ({parked})")
+                    if k % 2 == 0:
+                        post = posts[rid]
+                        assert post.response is not None
+                        payload = reviewer.click_payload(
+                            post.response["message"], str(post.response["channel"]), ids.APPROVE
+                        )
+                        form = urlencode({"payload": json.dumps(payload)})
+                        headers = sign(form)
+                        sent = time.time()
+                        async with http.post(
+                            f"{bot.base}/slack/events", data=form, headers=headers
+                        ) as resp:
+                            await resp.read()
+                    else:
+                        sent = time.time()
+                        await store.resolve(rid, Decision.approve(by=REVIEWER))
+                    await asyncio.wait_for(woke.wait(), 20)
+                    at, status = agents.woke[rid]
+                    if status != "approved":
+                        wrong.append(f"{rid}: {status}")
+                    (click_ms if k % 2 == 0 else cas_ms).append(at - sent)
+                if args.profile_bot:
+                    bot.proc.send_signal(signal.SIGUSR2)
+                    await asyncio.sleep(1)
+                errors, retried = await agents.ask("release")
+            finally:
+                await agents.close()
+    finally:
+        await delete_prefix(admin, keys)
+    return {
+        "background": args.background,
+        "click": summarize_ms(click_ms),
+        "cas": summarize_ms(cas_ms),
+        "wrong": wrong[:5],
+        "errors": errors[:5],
+        "retried_503": retried,
+    }
+
+
+def _request_id(body: dict[str, Any]) -> str | None:
+    from bench.bench_e2e import _request_id as rid
+
+    return rid(body)
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def judge(r: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in r["memory"]:
+        out[f"rss_at_{m['parked']}"] = {
+            "kib": m["rss_per_long_poll_kib"],
+            "result": verdict(
+                m["rss_per_long_poll_kib"] <= RSS_TARGET_KIB and m["parked_seen"] >= m["parked"]
+            ),
+        }
+    conns = {m["parked"]: m["redis_connections"]["parked"] for m in r["memory"]}
+    before = {m["parked"]: m["redis_connections"]["before"] for m in r["memory"]}
+    out["redis_connections_constant"] = {
+        "parked": conns,
+        "result": verdict(
+            all(conns[k] == before[k] for k in conns)
+            and len({json.dumps(c, sort_keys=True) for c in conns.values()}) == 1
+        ),
+    }
+    if r.get("latency"):
+        floor = r["floor"]["from_call"]
+        lat = r["latency"]
+        for kind in ("cas", "click"):
+            p99 = lat[kind]["p99_ms"]
+            out[f"{kind}_p99_vs_floor"] = {
+                "p99_ms": p99,
+                "floor_p99_ms": floor["p99_ms"],
+                "ratio": round(p99 / floor["p99_ms"], 1) if p99 and floor["p99_ms"] else None,
+                "result": verdict(p99 is not None and p99 <= FLOOR_FACTOR * floor["p99_ms"]),
+            }
+    return out
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print(
+        f"\napproval-bot long-poll benchmark · {r['redis']} at {r['redis_url']} · "
+        f"Python {r['python']} · {r['cpus']} CPUs · load {r['loadavg_1m']}"
+    )
+    print(
+        "The bot: `approval-bot serve` in its own process (a fresh one per phase; SIGUSR1 → "
+        "gc.collect() before each RSS reading).\nThe agents: a child process holding every "
+        f"long-poll (GET /v1/approvals/{{id}}?wait={WAIT}) on its own socket."
+    )
+    rows = []
+    for m in r["memory"]:
+        c0, c1 = m["redis_connections"]["before"], m["redis_connections"]["parked"]
+        rows.append(
+            [
+                m["parked"],
+                m["parked_seen"],
+                m["rss_before_kib"],
+                m["rss_parked_kib"],
+                m["rss_per_long_poll_kib"],
+                f"{m['fds'][0]} → {m['fds'][1]}",
+                f"{c0['bot']}+{c0['waiter']} → {c1['bot']}+{c1['waiter']}",
+                m["park_s"],
+                m["loadavg_1m"],
+            ]
+        )
+    if (b := r.get("bare_aiohttp")) is not None:
+        rows.append(
+            [
+                f"{b['parked']:,} bare aiohttp",
+                b["parked_seen"],
+                b["rss_before_kib"],
+                b["rss_parked_kib"],
+                b["rss_per_long_poll_kib"],
+                None,
+                None,
+                None,
+                None,
+            ]
+        )
+    print("\nparked long-polls (bot process)")
+    print(
+        table(
+            [
+                "N",
+                "parked seen",
+                "RSS before",
+                "RSS parked",
+                "KiB/long-poll",
+                "fds",
+                "Redis conns bot+waiter",
+                "park s",
+                "load",
+            ],
+            rows,
+        )
+    )
+    if r.get("latency"):
+        lat, floor = r["latency"], r["floor"]
+        print(f"\nlatency, ms, with {lat['background']} other long-polls parked")
+        print(
+            table(
+                ["path", "n", "p50", "p99", "max"],
+                [
+                    ["bare PUBLISH → subscriber (floor)", floor["from_call"]["n"]]
+                    + [floor["from_call"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
+                    ["store CAS (resolve) → long-poll returned", lat["cas"]["n"]]
+                    + [lat["cas"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
+                    ["signed click POST → long-poll returned", lat["click"]["n"]]
+                    + [lat["click"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
+                ],
+            )
+        )
+    print("\ntargets (issue 13)")
+    for name, v in r["targets"].items():
+        figures = {k: x for k, x in v.items() if k != "result"}
+        print(f"  {name}: {json.dumps(figures)}  {v['result']}")
+    for m in r["memory"]:
+        for e in m["errors"]:
+            print(f"  error at {m['parked']}: {e}")
+    if r.get("latency"):
+        for e in r["latency"]["wrong"] + r["latency"]["errors"]:
+            print(f"  error in the latency phase: {e}")
+
+
+async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    admin = connect(url, max_connections=4, client_name=f"bench-longpoll-{uuid.uuid4().hex[:6]}")
+    try:
+        result: dict[str, Any] = {
+            "bench": "longpoll",
+            "redis": await server_name(admin),
+            "redis_url": url,
+            **machine(),
+            "rlimit_nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        }
+        if args.samples:
+            print("# floor: bare PUBLISH → subscriber", flush=True)
+            result["floor"] = await run_floor(admin, url, args.floor_messages, args.floor_rate)
+            print(f"# latency: {args.samples} decisions, {args.background} parked", flush=True)
+            result["latency"] = await latency_phase(url, admin, args)
+        if args.bare:
+            n = min(args.sizes)
+            print(f"# {n:,} parked on a bare aiohttp server (the framework's floor)", flush=True)
+            result["bare_aiohttp"] = await bare_phase(n)
+        result["memory"] = []
+        for n in args.sizes:
+            print(f"# {n:,} parked long-polls", flush=True)
+            result["memory"].append(await memory_phase(url, admin, n))
+        result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        return result
+    finally:
+        await admin.aclose()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Parked HTTP long-polls against a bot process.")
+    p.add_argument("--sizes", default="2000,10000", help="parked long-polls (default 2000,10000)")
+    p.add_argument("--samples", type=int, default=300, help="timed decisions (default 300)")
+    p.add_argument("--background", type=int, default=100, help="parked during them (100)")
+    p.add_argument("--rate", type=float, default=20.0, help="decisions per second (default 20)")
+    p.add_argument("--floor-messages", type=int, default=2000)
+    p.add_argument("--floor-rate", type=float, default=1000.0)
+    p.add_argument(
+        "--profile-bot",
+        metavar="FILE",
+        help="write a cProfile of the bot process over the timed decisions to FILE",
+    )
+    p.add_argument(
+        "--no-bare",
+        dest="bare",
+        action="store_false",
+        help="skip the bare aiohttp server (the framework's floor per parked request)",
+    )
+    add_redis_arguments(p)
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    # Each side holds one socket per long-poll: lift the soft limit (children inherit it).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max(soft, min(hard, 2 * max(args.sizes, default=0) + 1024))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    if want < max(args.sizes, default=0) + 512:  # per process: each holds one end
+        raise SystemExit(f"RLIMIT_NOFILE hard limit {hard} is too low for {max(args.sizes)}")
+    with redis_server(args.redis_url, embedded=args.embedded) as url:
+        result = asyncio.run(main_async(args, url))
+    result["targets"] = judge(result)
+    print_report(result)
+    print(json.dumps(result, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()
