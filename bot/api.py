@@ -52,7 +52,7 @@ from bot.schemas import (
     approval_object,
     openapi_document,
 )
-from bot.shutdown import Drained, shutting_down_response, unless_draining
+from bot.shutdown import Drained, shutting_down_response
 
 log = logging.getLogger(__name__)
 
@@ -273,21 +273,46 @@ class ApprovalsAPI:
         )
 
     async def get(self, request: web.Request) -> web.Response:
+        """`GET /v1/approvals/{id}[?wait=N]`, bearer token checked here (not by `guard`: one
+        coroutine frame less on every parked long-poll)."""
+        self.authorize(request)
         request_id = request.match_info["id"]
         wait = _number(request, "wait", 0.0, 0.0, 24 * 3600.0)
         wait = min(wait, self.ctx.max_wait_seconds)
-        found = await self._own(request, request_id)
-        if wait > 0 and found.is_pending:
+        waiter = self.ctx.waiter
+        if wait <= 0:
+            return web.json_response(approval_object(await self._own(request, request_id)))
+        if self.ctx.draining.is_set():
+            return shutting_down_response()
+        if not waiter.started:
+            await waiter.start()
+        # Watch first, then read: a decision published from now on wakes the watch, one made
+        # before is in this read (which also checks the caller may see the request). Parked,
+        # a long-poll holds its connection, this frame and one future + timer in the Waiter:
+        # no task, no copy of the request; `Bot.drain` fails the watch with `Drained`.
+        try:
+            watch = waiter.watch(request_id, wait, interruptible=True)
+        except Drained:
+            return shutting_down_response()
+        try:
+            found = await self._own(request, request_id)
+            if not found.is_pending:
+                return web.json_response(approval_object(found))
+            del found
+            parked = self.ctx.metrics.long_polls.labels(via="api")
+            parked.inc()
             try:
-                with self.ctx.metrics.parked("api"):
-                    waiting = self.ctx.waiter.wait(request_id, wait)
-                    found = await unless_draining(self.ctx.draining, waiting)
-                self.ctx.metrics.resumed(found, "api")
+                decided = await watch.future
             except ApprovalTimeout:
-                found = await self.ctx.store.get(request_id)
+                return web.json_response(approval_object(await self.ctx.store.get(request_id)))
             except Drained:
                 return shutting_down_response()
-        return web.json_response(approval_object(found))
+            finally:
+                parked.dec()
+        finally:
+            waiter.unwatch(watch)
+        self.ctx.metrics.resumed(decided, "api")
+        return web.json_response(approval_object(decided))
 
     async def cancel(self, request: web.Request) -> web.Response:
         """Withdraw a pending request, attributed to the caller's principal (never to a name
@@ -313,7 +338,7 @@ def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     api = ApprovalsAPI(ctx)
     app.router.add_get("/openapi.json", api.openapi)
     app.router.add_post("/v1/approvals", api.guard(api.create))
-    app.router.add_get("/v1/approvals/{id}", api.guard(api.get))
+    app.router.add_get("/v1/approvals/{id}", api.get)  # checks the token itself
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).
     app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, lambda: api.principals).handle)

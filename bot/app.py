@@ -41,6 +41,7 @@ from bot.masking import outbound
 from bot.metrics import CONTENT_TYPE, METRICS
 from bot.principals import Principals
 from bot.reminders import Reminders
+from bot.shutdown import Drained
 from bot.slack_client import MaskingWebClient
 from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
@@ -234,6 +235,7 @@ class Bot:
         end = loop.time() + grace
         log.info("shutting down: draining for up to %.0fs", grace)
         self.ctx.draining.set()  # clicks are still taken: they record, they start nothing
+        self.ctx.waiter.interrupt(Drained)  # parked long-polls answer 503 `shutting_down` now
         if self.dispatcher is not None:
             await self.dispatcher.drain(max(0.0, end - loop.time()))
         # Let parked handlers write their answers before the server closes.

@@ -11,6 +11,13 @@ confirms SUBSCRIBE — and on a slow periodic tick, every waited id is read
 again, so a decision published while the connection was down is never missed.
 All reads are batched into one pipeline, so Redis connections stay constant
 in the number of waiters.
+
+A wait costs one future, one timer and a registry entry (no task, no
+`wait_for`/`shield`): the HTTP API parks thousands of long-polls on it.
+`watch()` registers without the first read, for a caller that reads the
+request itself right after (the API's long-poll: its read also checks the
+caller's principal); `interrupt()` fails every `interruptible` wait at once
+(the bot's drain).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections import defaultdict
+from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -39,6 +46,24 @@ log = logging.getLogger(__name__)
 _REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, StoreUnavailable)
 
 
+class Watch:
+    """One registered wait (`Waiter.watch`): the future its caller awaits, and its timer."""
+
+    __slots__ = ("future", "interruptible", "request_id", "timer")
+
+    def __init__(
+        self,
+        request_id: str,
+        future: asyncio.Future[ApprovalRequest],
+        timer: asyncio.TimerHandle | None,
+        interruptible: bool,
+    ) -> None:
+        self.request_id = request_id
+        self.future = future
+        self.timer = timer
+        self.interruptible = interruptible
+
+
 class Waiter:
     """Waits for requests to leave `pending`, for any number of in-process callers."""
 
@@ -56,7 +81,12 @@ class Waiter:
         self.store = store or ApprovalStore(redis, keys)
         self.recheck_interval = recheck_interval
         self.batch_size = batch_size
-        self._futures: dict[str, set[asyncio.Future[ApprovalRequest]]] = defaultdict(set)
+        # Per waited id, its callers' futures (a list: almost always one). A wait costs one
+        # future, one timer and a list here: no task, no shield, no wait_for.
+        self._futures: dict[str, list[asyncio.Future[ApprovalRequest]]] = {}
+        # The futures of `interruptible` waits, failed at once by `interrupt()`.
+        self._interruptible: set[asyncio.Future[ApprovalRequest]] = set()
+        self._interrupted: Callable[[], Exception] | None = None
         # Three queues, served in this order so a fresh decision never waits behind bulk work:
         # ids whose decision was just published (read whole, one round trip), ids whose wait
         # just began, and the bulk re-reads after a resubscribe and on the periodic tick.
@@ -102,6 +132,7 @@ class Waiter:
                 if not fut.done():
                     fut.cancel()
         self._futures.clear()
+        self._interruptible.clear()
 
     async def __aenter__(self) -> Waiter:
         await self.start()
@@ -110,27 +141,85 @@ class Waiter:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def wait(self, request_id: str, timeout: float | None) -> ApprovalRequest:  # noqa: ASYNC109
+    @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    async def wait(
+        self,
+        request_id: str,
+        timeout: float | None,  # noqa: ASYNC109
+        *,
+        interruptible: bool = False,
+    ) -> ApprovalRequest:
         """The request once it is no longer pending; `ApprovalTimeout` when `timeout` passes
-        first, `NotFound` for an unknown id."""
+        first, `NotFound` for an unknown id. An `interruptible` wait raises the exception of
+        `interrupt()` once that is called (or at once, if it was)."""
         if not self._tasks:
             await self.start()
-        fut: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
-        self._futures[request_id].add(fut)
+        watch = self.watch(request_id, timeout, interruptible=interruptible)
+        # Registered first, then read: a decision published from now on is heard, one made
+        # before is found by this read (batched with other fresh waits).
         self._fresh.add(request_id)
         self._check_wanted.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except TimeoutError as e:
-            raise ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s") from e
+            return await watch.future
         finally:
-            waiters = self._futures.get(request_id)
-            if waiters is not None:
-                waiters.discard(fut)
-                if not waiters:
-                    del self._futures[request_id]
+            self.unwatch(watch)
+
+    def watch(
+        self, request_id: str, timeout: float | None, *, interruptible: bool = False
+    ) -> Watch:
+        """Register a wait without reading the request: `watch.future` gets the request once
+        a decision on it is *published* (or re-read after a reconnect, or on the periodic
+        tick), `ApprovalTimeout` after `timeout`. The caller must read the request itself
+        after this call (a decision made before it is not published again) and must call
+        `unwatch` when done. For callers that read anyway (the HTTP long-poll: its own read
+        checks the caller's principal) this saves the Waiter's first read. Needs `start()`."""
+        if interruptible and self._interrupted is not None:
+            raise self._interrupted()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[ApprovalRequest] = loop.create_future()
+        waiters = self._futures.get(request_id)
+        if waiters is None:
+            self._futures[request_id] = [fut]
+        else:
+            waiters.append(fut)
+        if interruptible:
+            self._interruptible.add(fut)
+        timer = (
+            loop.call_later(timeout, _time_out, fut, request_id, timeout)
+            if timeout is not None
+            else None
+        )
+        return Watch(request_id, fut, timer, interruptible)
+
+    def unwatch(self, watch: Watch) -> None:
+        """Forget a `watch` (its future is cancelled if it has no outcome yet)."""
+        fut = watch.future
+        if watch.timer is not None:
+            watch.timer.cancel()
+        if watch.interruptible:
+            self._interruptible.discard(fut)
+        waiters = self._futures.get(watch.request_id)
+        if waiters is not None:
+            with contextlib.suppress(ValueError):
+                waiters.remove(fut)
+            if not waiters:
+                del self._futures[watch.request_id]
+        if not fut.done():
+            fut.cancel()
+
+    def interrupt(self, error: Callable[[], Exception]) -> int:
+        """Fail every `interruptible` wait, now and from now on, with `error()` (the bot's
+        shutdown answers parked long-polls this way); returns how many were waiting."""
+        self._interrupted = error
+        failed = 0
+        for fut in list(self._interruptible):
             if not fut.done():
-                fut.cancel()
+                fut.set_exception(error())
+                failed += 1
+        return failed
 
     # -- internals ---------------------------------------------------------------------
 
@@ -229,3 +318,8 @@ class Waiter:
                 fut.set_exception(error)
             else:
                 fut.set_result(result)  # type: ignore[arg-type]
+
+
+def _time_out(fut: asyncio.Future[ApprovalRequest], request_id: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s"))

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from approvals.integrations.hook_input import MAX_HOOK_BODY_BYTES
-from approvals.models import MAX_EVENT_BYTES
+from approvals.models import MAX_EVENT_BYTES, ApprovalEvent
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
 from approvals.store.keys import Keys
@@ -651,3 +651,116 @@ async def test_hook_denies_input_too_deep_to_store(ctx: BotContext, client: Clie
     assert resp.status == 200, await resp.text()
     assert (await resp.json())["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert await ctx.store.list_pending() == []
+
+
+# -- parked long-polls: connections, drain ------------------------------------------------------
+
+
+async def _parked_ctx(redis_url: str, keys: Keys, name: str) -> BotContext:
+    """A context whose Redis clients are named, as the bot's are: the API's pool (8) and the
+    Waiter's own client (2)."""
+    from approvals.policy_file import default_policy
+    from approvals.store.connection import connect
+    from approvals.store.waiting import Waiter
+
+    api_redis = connect(redis_url, max_connections=8, client_name=name)
+    waiter_redis = connect(redis_url, max_connections=2, client_name=f"{name}-waiter")
+    store = ApprovalStore(api_redis, keys)
+    waiter = Waiter(waiter_redis, keys, store=ApprovalStore(waiter_redis, keys))
+    await waiter.start()
+    return BotContext(
+        redis=api_redis,
+        keys=keys,
+        store=store,
+        service=ApprovalService(store, default_policy("C0APPROVALS")),
+        waiter=waiter,
+        api_tokens=("test-token",),
+    )
+
+
+async def _clients(redis: Redis, name: str) -> int:
+    return sum(1 for c in await redis.client_list() if c.get("name") == name)
+
+
+async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
+    redis_url: str, keys: Keys, redis: Redis
+) -> None:
+    """Redis connections stay constant in the number of parked `?wait=` long-polls: 1 parked
+    and 400 parked use the same connections (the API's pool, the Waiter's two), and every
+    one of them still wakes with its own decision."""
+    import aiohttp
+
+    from tests.support import eventually
+
+    name = f"api-{keys.prefix}"
+    ctx = await _parked_ctx(redis_url, keys, name)
+    client = await make_client(ctx)
+    unlimited = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    try:
+        principal = derived_name("test-token")
+        created = await asyncio.gather(
+            *(
+                ctx.service.create(
+                    ApprovalEvent(tool_name="deploy", arguments={"n": i}), principal=principal
+                )
+                for i in range(401)
+            )
+        )
+        ids = [c.request.id for c in created]
+        polls: dict[str, asyncio.Task[Any]] = {}
+
+        async def park(rid: str) -> Any:
+            url = client.make_url(f"/v1/approvals/{rid}?wait=30")
+            async with unlimited.get(url, headers=AUTH) as resp:
+                assert resp.status == 200, await resp.text()
+                return await resp.json()
+
+        polls[ids[0]] = asyncio.create_task(park(ids[0]))
+        await eventually(lambda: ctx.waiter.waiting == 1, what="one long-poll parked")
+        one = (await _clients(redis, name), await _clients(redis, f"{name}-waiter"))
+        for rid in ids[1:]:
+            polls[rid] = asyncio.create_task(park(rid))
+        await eventually(lambda: ctx.waiter.waiting == 401, within=30, what="401 parked")
+        many = (await _clients(redis, name), await _clients(redis, f"{name}-waiter"))
+        assert many[1] == one[1] <= 2, f"the Waiter's connections: {one[1]} → {many[1]}"
+        assert many[0] <= 8, f"the API's connections: {one[0]} → {many[0]} (pool of 8)"
+        for i, rid in enumerate(ids):
+            await ctx.service.decide(rid, "approve" if i % 2 else "deny", Actor("U1"))
+        results = await asyncio.gather(*polls.values())
+        for i, (rid, got) in enumerate(zip(polls, results, strict=True)):
+            assert got["id"] == rid
+            assert got["status"] == ("approved" if i % 2 else "denied")
+        assert ctx.waiter.waiting == 0
+        assert await _clients(redis, f"{name}-waiter") <= 2  # pub/sub + reads, for 401 wakes
+    finally:
+        await unlimited.close()
+        await client.close()
+        await ctx.waiter.stop()
+        await ctx.waiter.redis.aclose()
+        await ctx.redis.aclose()
+
+
+async def test_draining_answers_parked_long_polls_503_and_leaves_nothing_parked(
+    ctx: BotContext, client: Client
+) -> None:
+    """A drain (what `Bot.drain` does: set `draining`, interrupt the Waiter) answers every
+    parked long-poll with 503 `shutting_down` at once, and any long-poll after it too."""
+    from bot.shutdown import Drained
+    from tests.support import eventually
+
+    made = [await create(client, arguments={"n": i}) for i in range(5)]
+    polls = [
+        asyncio.create_task(client.get(f"/v1/approvals/{m['id']}?wait=30", headers=AUTH))
+        for m in made
+    ]
+    await eventually(lambda: ctx.waiter.waiting == 5, what="five long-polls parked")
+    ctx.draining.set()
+    assert ctx.waiter.interrupt(Drained) == 5
+    for resp in await asyncio.wait_for(asyncio.gather(*polls), 10):
+        assert (await error_of(resp, 503))["code"] == "shutting_down"
+        assert resp.headers["Retry-After"] == "1"
+    assert ctx.waiter.waiting == 0
+    resp = await client.get(f"/v1/approvals/{made[0]['id']}?wait=30", headers=AUTH)
+    assert (await error_of(resp, 503))["code"] == "shutting_down"
+    resp = await client.get(f"/v1/approvals/{made[0]['id']}", headers=AUTH)
+    assert resp.status == 200 and (await resp.json())["status"] == "pending"

@@ -274,3 +274,48 @@ async def test_the_periodic_re_read_finds_a_decision_whose_message_never_came(
         )
         req = await asyncio.wait_for(task, timeout=5)
     assert req.decision is not None and req.decision.input == "silent"
+
+
+class Stop(Exception):
+    pass
+
+
+async def test_interrupt_fails_interruptible_waits_only_now_and_later(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    a, b = await new_pending(store, 2)
+    async with Waiter(redis, keys, store=store) as waiter:
+        parked = asyncio.create_task(waiter.wait(a, timeout=30, interruptible=True))
+        plain = asyncio.create_task(waiter.wait(b, timeout=30))
+        await eventually(lambda: waiter.waiting == 2, what="two waits registered")
+        assert waiter.interrupt(Stop) == 1
+        with pytest.raises(Stop):
+            await parked
+        with pytest.raises(Stop):
+            await waiter.wait(a, timeout=30, interruptible=True)
+        assert not plain.done(), "a wait that did not ask to be interrupted goes on"
+        await store.resolve(b, Decision.approve(by="U1"))
+        assert (await plain).status == "approved"
+        assert waiter.waiting == 0
+
+
+async def test_a_watch_hears_what_is_published_after_it_and_leaves_nothing_behind(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """`watch` does no read of its own: the caller reads after registering (the HTTP
+    long-poll does); a decision published after the watch wakes it; `unwatch` always
+    clears the registry, whatever the outcome."""
+    a, b, c = await new_pending(store, 3)
+    async with Waiter(redis, keys, store=store) as waiter:
+        woken = waiter.watch(a, 30)
+        timed_out = waiter.watch(b, 0.05)
+        dropped = waiter.watch(c, 30)
+        assert waiter.waiting == 3
+        await store.resolve(a, Decision.deny("no", by="U1"))
+        assert (await asyncio.wait_for(woken.future, 10)).status == "denied"
+        with pytest.raises(ApprovalTimeout):
+            await asyncio.wait_for(timed_out.future, 10)
+        for w in (woken, timed_out, dropped):
+            waiter.unwatch(w)
+        assert dropped.future.cancelled()
+        assert waiter.waiting == 0 and not waiter._futures and not waiter._interruptible
