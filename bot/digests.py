@@ -157,6 +157,7 @@ class DigestDrawer:
             return
         channel, ts, posted = begin.channel, begin.ts, ""
         drew: int | None = None
+        announce: Digest | None = None  # posted now: tell the reviewers once the post is recorded
         next_in = o.interval
         try:
             if not ts and begin.earlier_at is not None:
@@ -189,7 +190,7 @@ class DigestDrawer:
                     ts,
                     len(digest.rows),
                 )
-                await self._dm_reviewers(digest, SlackMessage(channel=channel, ts=ts))
+                announce = digest
             else:
                 await self.slack.pace(UPDATE_PACE).acquire()
                 digest, message = await self._render(digest_id)
@@ -218,6 +219,8 @@ class DigestDrawer:
                     holder=holder,
                 )
             )
+        if announce is not None:
+            await self._dm_reviewers(announce, SlackMessage(channel=channel, ts=ts))
         if self.ctx.home is not None:
             self.ctx.home.changed()
 
@@ -262,12 +265,10 @@ class DigestDrawer:
         requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
         routes = self.ctx.service.policy.routes
         users: list[str] = []
-        count = 0
         for request in requests.values():
             route = routes.get(request.route)
             if route is None or not route.dm_reviewers or not request.is_pending:
                 continue
-            count += 1
             users += await self._reviewers(request)
         for user in dict.fromkeys(users):
             try:
@@ -278,8 +279,8 @@ class DigestDrawer:
                     "chat_postMessage",
                     channel=dm,
                     paced=True,
-                    text=f"Your review is needed in <#{where.channel}>: "
-                    f"{count} approval requests are listed in one message there.",
+                    text=f"Your review is needed in <#{where.channel}>: many approval "
+                    "requests arrived at once and are listed in one message there.",
                 )
             except (Permanent, Unsure) as e:
                 log.warning("could not DM reviewer user=%s error=%s", user, e)

@@ -166,9 +166,13 @@ class Digests:
 
     async def due(self, now: float, count: int = 50) -> tuple[list[str], float | None]:
         """Digests due to be drawn at `now`, and when the next one is due (None: none)."""
+        first = await self.redis.zrange(self.keys.digest_dirty, 0, 0, withscores=True)
+        if not first:
+            return [], None  # nothing dirty: one command
+        next_at = float(first[0][1])
+        if next_at > now:
+            return [], next_at
         due = await self.redis.zrangebyscore(self.keys.digest_dirty, "-inf", now, 0, count)
-        later = await self.redis.zrange(self.keys.digest_dirty, 0, 0, withscores=True)
-        next_at = float(later[0][1]) if later else None
         return [_text(d) for d in due], next_at
 
     async def get(self, digest_id: str) -> Digest | None:

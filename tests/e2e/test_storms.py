@@ -329,8 +329,9 @@ async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
     slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    # Slack takes a while to post (and finishes even when the client has gone).
-    slack.set_latency(0.5, "chat.postMessage")
+    # Slack takes a while to post (and finishes even when the client has gone): 2 s, longer
+    # than stopping a replica takes on a loaded machine, so the stop lands mid-post (~6 s).
+    slack.set_latency(2.0, "chat.postMessage")
     first = await make_bot(dispatcher=storm_options())
     rids = await storm(first, STORM)
     await slack.wait_until(
@@ -343,9 +344,12 @@ async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
         "a digest post in flight",
     )
     await first.stop()  # mid-storm: the digest post's answer is never seen by this replica
+    in_flight = [c for c in slack.arrivals if c[0] == "chat.postMessage"]
+    assert len(slack.calls_to("chat.postMessage")) < len(in_flight), "stopped mid-post"
     # Slack finishes what was in flight (a replica that is gone holds its locks until its
     # heartbeat expires, longer than that).
     await slack.wait_until(lambda: len(slack.calls) == len(slack.arrivals), 10, "Slack done")
+    slack.set_latency(0.0, "chat.postMessage")
     second = await make_bot(dispatcher=storm_options())
     live = await everyone_placed(slack, rids)
     await settled(second)
@@ -354,6 +358,7 @@ async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
     assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1)
     ids_posted = [m["metadata"]["event_payload"]["digest_id"] for m in digests_in(slack)]
     assert len(ids_posted) == len(set(ids_posted)), "no digest posted twice"
+    assert slack.calls_to("conversations.history"), "the second looked before posting again"
     assert second.ctx is not None
     found = await second.ctx.store.get_many(rids)
     assert all(r.is_pending for r in found.values())
@@ -489,3 +494,47 @@ async def test_a_reminder_of_a_listed_request_replies_in_its_digest_thread(
     assert sent >= 1
     replies = [c for c in slack.calls_to("chat.postMessage") if c.body.get("thread_ts")]
     assert any(c.body["thread_ts"] == digest["ts"] for c in replies)
+
+
+async def test_reviewers_are_told_once_per_digest_not_once_per_request(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    for user in ("U0ALICE", "U0BOB", "U0CAROL"):
+        slack.add_user(user)
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(policy(dm_reviewers=True), dispatcher=storm_options(digest_rows=45))
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    own = [m for m in slack.messages_in(CHANNEL) if m not in digests_in(slack)]
+    (digest,) = digests_in(slack)
+    dms = [c for c in slack.calls_to("chat.postMessage", ok=True) if c.body["channel"] != CHANNEL]
+    # Each reviewer: one DM per request message, one for the digest.
+    assert len(dms) == 3 * (len(own) + 1)
+    told = [c for c in dms if "listed in one message there" in c.body["text"]]
+    assert len(told) == 3 and all(f"<#{CHANNEL}>" in c.body["text"] for c in told)
+    assert digest_blocks.waiting_rows(digest)
+
+
+async def test_a_digest_slack_refuses_ends_its_requests_as_errors(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    slack.not_in_channels.add(CHANNEL)
+    bot = await make_bot(dispatcher=storm_options())
+    rids = await storm(bot, 12)
+    assert bot.ctx is not None
+    ctx = bot.ctx
+
+    async def all_ended() -> bool:
+        found = await ctx.store.get_many(rids)
+        return all(not r.is_pending for r in found.values())
+
+    await eventually(all_ended, within=20, what="every request ended")
+    found = await ctx.store.get_many(rids)
+    assert {r.status for r in found.values()} == {"error"}
+    assert all("not_in_channel" in (r.decision.reason or "") for r in found.values() if r.decision)
+    assert any(
+        (c.body.get("metadata") or {}).get("event_type") == DIGEST_EVENT_TYPE
+        for c in slack.calls_to("chat.postMessage")
+    ), "a digest was tried"
