@@ -49,7 +49,7 @@ class DigestOptions:
 
     interval: float = 1.0
     update_interval: float = 1.2
-    update_burst: int = 5
+    update_burst: int = 3
     poll: float = 2.0
     backoff: float = 1.0
 
