@@ -579,3 +579,39 @@ async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext
     request = await ctx.store.get(created.request_id)
     assert request.status == "cancelled", "withdrawn, not left pending"
     assert f"withdrew {request.id}" in rest.decode()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
+async def test_ctrl_c_on_request_wait_over_redis_withdraws_it(
+    redis_url: str, ctx: BotContext, delay: float
+) -> None:
+    """The same over the Redis transport (no APPROVALS_URL): the CLI's own Waiter must give up
+    its wait however the cancellation lands (`delay`: right away, while the Waiter subscribes,
+    once it waits), so one Ctrl-C withdraws the request and ends the process."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(
+        REDIS_URL=redis_url, APPROVALS_PREFIX=ctx.keys.prefix, APPROVALS_DEFAULT_CHANNEL="C0A"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "request", "--tool", "deploy", "--wait", "60",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        first = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert b"waiting for a decision on apr_" in first, first
+        await asyncio.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, rest = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, rest.decode()
+    (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
+    request = await ctx.store.get(created.request_id)
+    assert request.status == "cancelled", "withdrawn, not left pending"
+    assert rest.decode().splitlines() == [f"withdrew {request.id}"], rest.decode()

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from approvals.errors import ApprovalTimeout, NotFound
 from approvals.models import ApprovalEvent, ApprovalRequest, Decision
@@ -319,3 +320,52 @@ async def test_a_watch_hears_what_is_published_after_it_and_leaves_nothing_behin
             waiter.unwatch(w)
         assert dropped.future.cancelled()
         assert waiter.waiting == 0 and not waiter._futures and not waiter._interruptible
+
+
+async def test_stop_ends_the_waiter_when_a_read_loses_its_cancellation(
+    store: ApprovalStore, redis: Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Python 3.11 a cancellation that lands inside a bounded Redis read can come out as a
+    `TimeoutError` (lost). The listener survives Redis errors, so after one cancel it would read
+    on, and `stop()` (so Ctrl-C on `approval-bot request --wait` over Redis) would hang: `stop()`
+    cancels again until every task has ended. Here the first cancellation is lost for sure."""
+    lost: list[str] = []
+    real_pubsub = redis.pubsub
+
+    def pubsub(**kwargs: object) -> PubSub:
+        subscription = real_pubsub(**kwargs)
+        real_get = subscription.get_message
+
+        async def get_message(*args: object, **kw: object) -> object:
+            try:
+                return await real_get(*args, **kw)  # type: ignore[arg-type]
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()  # as asyncio.timeout does when it takes the cancel for its own
+                lost.append(task.get_name())
+                raise TimeoutError("the read's own timeout won the race") from None
+
+        monkeypatch.setattr(subscription, "get_message", get_message)
+        return subscription
+
+    monkeypatch.setattr(redis, "pubsub", pubsub)
+    waiter = Waiter(redis, keys, store=store)
+    await waiter.start()
+    (rid,) = await new_pending(store, 1)
+    waiting = asyncio.create_task(waiter.wait(rid, timeout=60))
+    await eventually(lambda: waiter.waiting == 1, what="the wait to begin")
+    tasks = list(waiter._tasks)
+    stopping = asyncio.create_task(waiter.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=20)
+    if not done:  # the failure: end it for the teardown (a second cancel is not lost here)
+        for task in tasks:
+            task.cancel()
+        await stopping
+    assert lost == ["waiter-listen"], "the listener's first cancellation was lost"
+    assert done, "stop() did not end: the listener went on reading after the lost cancel"
+    assert all(t.done() for t in tasks)
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
