@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from slack_bolt.async_app import AsyncApp
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
-from approvals.store.connection import DEFAULT_COMMAND_TIMEOUT, connect
+from approvals.store.connection import DEFAULT_COMMAND_TIMEOUT, cancel_and_wait, connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
@@ -41,7 +42,7 @@ from bot.masking import outbound
 from bot.metrics import CONTENT_TYPE, METRICS
 from bot.principals import Principals
 from bot.reminders import Reminders
-from bot.shutdown import Drained
+from bot.shutdown import Drained, unless_draining
 from bot.slack_client import MaskingWebClient
 from bot.sweeper import Sweeper
 from bot.webhooks import WebhookOptions, WebhookWorker
@@ -377,52 +378,76 @@ async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
     """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
     the policy file. With no REDIS_URL and nothing on localhost:6379 it uses the embedded
     Redis of APPROVALS_DATA_DIR (`bot.embedded_redis.open_shared`: started here, or shared
-    with the serve that runs it, and taken over if that one ends)."""
-    embedded = None
-    redis_url = settings.redis_url
-    if redis_url is not None:
-        log.info("redis %s (REDIS_URL), not embedded", redis_location.describe(redis_url))
-    elif embedded_redis.answers(redis_location.LOCALHOST):
-        redis_url = redis_location.LOCALHOST
-        log.info(
-            "redis %s (REDIS_URL is not set and something answers there), not embedded",
-            redis_location.describe(redis_url),
-        )
-    else:
-        # Started on this (the loop's) thread: the server dies with the thread that started it.
-        embedded = embedded_redis.open_shared(
-            redis_location.server_dir(settings.approvals_data_dir)
-        )
-        redis_url = embedded.url
-        if embedded.owner:
-            log.warning(
-                "redis %s, embedded: REDIS_URL is not set and nothing answers on "
-                "localhost:6379, so this serve started one with its data in %s "
-                "(append-only file on)",
+    with the serve that runs it, and taken over if that one ends).
+
+    SIGINT and SIGTERM set `stop` from the very start, so they end every phase: the embedded
+    server's start (up to 10 s) is awaited, and cancelled by a signal, not run blocking."""
+    stop = stop or asyncio.Event()
+    with stop_on_signals(stop):
+        embedded = None
+        redis_url = settings.redis_url
+        if redis_url is not None:
+            log.info("redis %s (REDIS_URL), not embedded", redis_location.describe(redis_url))
+        elif embedded_redis.answers(redis_location.LOCALHOST):
+            redis_url = redis_location.LOCALHOST
+            log.info(
+                "redis %s (REDIS_URL is not set and something answers there), not embedded",
                 redis_location.describe(redis_url),
-                embedded.data_dir,
             )
         else:
-            log.warning(
-                "redis %s, embedded: shared with the serve (pid %s) that runs it for %s",
-                redis_location.describe(redis_url),
-                embedded_redis.lock_holder(embedded.data_dir) or "?",
-                embedded.data_dir,
-            )
-    keeper = (
-        asyncio.create_task(_keep_embedded(embedded))
-        if embedded is not None and not embedded.owner
-        else None
-    )
+            # Started on this (the loop's) thread: the server dies with the thread that
+            # started it.
+            directory = redis_location.server_dir(settings.approvals_data_dir)
+            try:
+                embedded = await unless_draining(stop, embedded_redis.open_shared_async(directory))
+            except Drained:
+                log.info("stopped while starting the embedded Redis in %s", directory)
+                return
+            redis_url = embedded.url
+            if embedded.owner:
+                log.warning(
+                    "redis %s, embedded: REDIS_URL is not set and nothing answers on "
+                    "localhost:6379, so this serve started one with its data in %s "
+                    "(append-only file on)",
+                    redis_location.describe(redis_url),
+                    embedded.data_dir,
+                )
+            else:
+                log.warning(
+                    "redis %s, embedded: shared with the serve (pid %s) that runs it for %s",
+                    redis_location.describe(redis_url),
+                    embedded_redis.lock_holder(embedded.data_dir) or "?",
+                    embedded.data_dir,
+                )
+        keeper = (
+            asyncio.create_task(_keep_embedded(embedded))
+            if embedded is not None and not embedded.owner
+            else None
+        )
+        try:
+            await _serve(settings, redis_url, stop)
+        finally:
+            if keeper is not None:
+                await cancel_and_wait([keeper])
+            if embedded is not None:
+                embedded.close()
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set `stop` while in the block (only where the loop can handle
+    signals: the main thread of a Unix process; elsewhere the caller sets `stop`)."""
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
     try:
-        await _serve(settings, redis_url, stop)
+        yield
     finally:
-        if keeper is not None:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-        if embedded is not None:
-            embedded.close()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
 
 
 async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1.0) -> None:
@@ -430,7 +455,7 @@ async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1
     the loop's thread on purpose: the server dies with the thread that started it."""
     while not embedded.owner:
         await asyncio.sleep(every)
-        if embedded.take_over_if_orphaned():
+        if await embedded.take_over_async():
             log.warning(
                 "the serve that ran the embedded Redis for %s ended: this one runs it now on %s",
                 embedded.data_dir,
@@ -438,7 +463,7 @@ async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1
             )
 
 
-async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> None:
+async def _serve(settings: Any, redis_url: str, stop: asyncio.Event) -> None:
     def secret(value: Any) -> str | None:
         return value.get_secret_value() if value is not None else None
 
@@ -468,15 +493,11 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
     if not config.api_tokens:
         log.warning("APPROVALS_API_TOKENS is empty: the HTTP API answers 503 until it is set")
     bot = Bot(config)
-    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled: list[signal.Signals] = []
-    with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-            handled.append(sig)
+    reloads = False
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not main thread
         loop.add_signal_handler(signal.SIGHUP, bot.reload_policy)
-        handled.append(signal.SIGHUP)
+        reloads = True
     try:
         if not await wait_for_redis(config.redis_url, stop):
             return  # told to stop while Redis was still away
@@ -484,8 +505,8 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event | None) -> N
         await stop.wait()
         await bot.drain()
     finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
+        if reloads:
+            loop.remove_signal_handler(signal.SIGHUP)
         await bot.stop()
 
 

@@ -356,6 +356,13 @@ def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
 
 
 def serve(settings: Settings) -> int:
+    try:
+        return _serve(settings)
+    except KeyboardInterrupt:  # Ctrl-C before the loop took the signals over (the imports)
+        return 0
+
+
+def _serve(settings: Settings) -> int:
     import asyncio
 
     from approvals.policy_file import PolicyError

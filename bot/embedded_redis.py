@@ -12,10 +12,18 @@ dies) runs the server and records its address in `server.url`; another
 if its owner goes away. A server left running by an owner that died is shut
 down (`SHUTDOWN`, its append-only file intact) before a new one starts, so two
 never share one append-only file.
+
+Every wait here (for a starting server, a leftover shutting down, another
+`serve` starting its server) is written once as *steps*: a generator that
+yields the pause it wants and returns the result. `start` and `open_shared`
+run them with blocking sleeps; `serve` awaits `open_shared_async` and
+`SharedServer.take_over_async`, so a signal ends a start of up to 10 s at the
+next pause, and closing the generator stops what it had started.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -26,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 try:
@@ -139,6 +148,10 @@ def _data_dir_of(url: str) -> str | None:
 def shut_down_leftover(data_dir: Path) -> bool:
     """Stop a server left running in `data_dir` by an owner that died (recorded address,
     answering, and serving this very directory); True when one was stopped."""
+    return _run(_shut_down_leftover(data_dir))
+
+
+def _shut_down_leftover(data_dir: Path) -> Steps[bool]:
     url = recorded_address(data_dir)
     if not url or not answers(url):
         return False
@@ -149,7 +162,7 @@ def shut_down_leftover(data_dir: Path) -> bool:
         _command(url, "SHUTDOWN")  # the append-only file is flushed first
     deadline = time.monotonic() + 10
     while answers(url, 0.2) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        yield 0.05
     return True
 
 
@@ -157,6 +170,37 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+T = TypeVar("T")
+#: A wait written once: yields the pause (seconds) it wants, returns its result.
+Steps = Generator[float, None, T]
+
+
+def _run(steps: Steps[T]) -> T:
+    """Run `steps` with blocking sleeps (an interrupt there closes them: they clean up)."""
+    with contextlib.closing(steps):
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            time.sleep(pause)
+
+
+async def _run_async(steps: Steps[T]) -> T:
+    """Run `steps` on the event loop: a cancellation (a signal) closes them at the pause,
+    and they clean up (a server they started is stopped). Each step between pauses is short
+    (a loopback connect or command, bounded by its socket timeout)."""
+    with contextlib.closing(steps):
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            await asyncio.sleep(pause)
 
 
 @dataclass
@@ -192,6 +236,10 @@ class EmbeddedRedis:
 def start(data_dir: str | Path | None = None, *, port: int | None = None) -> EmbeddedRedis:
     """Start a server on 127.0.0.1. With `data_dir` it persists there (append-only file on);
     without, it keeps nothing and its temporary directory is removed on stop."""
+    return _run(_start(data_dir, port))
+
+
+def _start(data_dir: str | Path | None, port: int | None) -> Steps[EmbeddedRedis]:
     binary = find_server_binary()
     persistent = data_dir is not None
     # Absolute: the server changes into --dir before it opens --logfile.
@@ -228,25 +276,32 @@ def start(data_dir: str | Path | None = None, *, port: int | None = None) -> Emb
         preexec_fn=_die_with_parent(),  # one prctl call: safe between fork and exec
     )
     server = EmbeddedRedis(binary, port, directory, persistent, proc)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise NoRedisServer(f"{binary} exited with {proc.returncode}: {err.strip()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    log.info(
-                        "embedded redis started binary=%s port=%d dir=%s", binary, port, directory
-                    )
-                    if persistent:
-                        _write_atomically(directory / URL_FILE, server.url + "\n")
-                    return server
-        except OSError:
-            time.sleep(0.05)
-    server.stop()
-    raise NoRedisServer(f"{binary} did not answer PING on port {port} within 10 s")
+    try:  # whatever ends this early (no answer, a signal closing the steps) stops the server
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise NoRedisServer(f"{binary} exited with {proc.returncode}: {err.strip()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        log.info(
+                            "embedded redis started binary=%s port=%d dir=%s",
+                            binary,
+                            port,
+                            directory,
+                        )
+                        if persistent:
+                            _write_atomically(directory / URL_FILE, server.url + "\n")
+                        return server
+            except OSError:
+                pass
+            yield 0.05
+        raise NoRedisServer(f"{binary} did not answer PING on port {port} within 10 s")
+    except BaseException:
+        server.stop()
+        raise
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -294,15 +349,22 @@ class SharedServer:
     def take_over_if_orphaned(self) -> bool:
         """If the owner went away (its lock is free), become the owner: start the server on
         the same port, so every client reconnects to the same URL. True when it did."""
+        return _run(self._take_over())
+
+    async def take_over_async(self) -> bool:
+        """`take_over_if_orphaned` on the event loop (cancellable, a signal is not held up)."""
+        return await _run_async(self._take_over())
+
+    def _take_over(self) -> Steps[bool]:
         if self.owner or self.lock_fd is None or not _try_lock(self.lock_fd):
             return False
         _record_owner(self.lock_fd)
-        shut_down_leftover(self.data_dir)
+        yield from _shut_down_leftover(self.data_dir)
         port = urlparse(self.url).port
         try:
-            self.server = start(self.data_dir, port=port)
+            self.server = yield from _start(self.data_dir, port)
         except NoRedisServer:  # the port was taken meanwhile: a new port, a new address
-            self.server = start(self.data_dir)
+            self.server = yield from _start(self.data_dir, None)
         self.url, self.owner = self.server.url, True
         return True
 
@@ -343,30 +405,45 @@ def open_shared(data_dir: str | Path, *, wait: float = 10.0) -> SharedServer:
     """The embedded server for `data_dir`: start it (taking the directory's lock, after
     stopping a leftover of a dead owner) or, when another live `serve` holds the lock, use
     the server it records. Raises `NoRedisServer` when neither works."""
+    return _run(_open_shared(data_dir, wait))
+
+
+async def open_shared_async(data_dir: str | Path, *, wait: float = 10.0) -> SharedServer:
+    """`open_shared` on the event loop: cancelling it (a signal during a slow start) stops
+    the server it was starting and releases the directory's lock."""
+    return await _run_async(_open_shared(data_dir, wait))
+
+
+def _open_shared(data_dir: str | Path, wait: float) -> Steps[SharedServer]:
     directory = Path(data_dir).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        if _try_lock(fd):
-            _record_owner(fd)
-            shut_down_leftover(directory)
-            server = start(directory)
-            return SharedServer(directory, server.url, True, server, fd)
-        deadline = time.monotonic() + wait  # the owner may still be starting it
+        deadline = time.monotonic() + wait  # another owner may still be starting it
+        said = False
         while True:
+            if _try_lock(fd):  # no owner (or it ended meanwhile): this serve runs it
+                _record_owner(fd)
+                yield from _shut_down_leftover(directory)
+                server = yield from _start(directory, None)
+                return SharedServer(directory, server.url, True, server, fd)
             url = recorded_url(directory)
             if url is not None:
                 return SharedServer(directory, url, False, None, fd)
-            if _try_lock(fd):  # the owner ended meanwhile
-                os.close(fd)
-                return open_shared(directory, wait=wait)
+            if not said:
+                said = True
+                log.info(
+                    "waiting for the embedded Redis of the serve (pid %s) that holds %s",
+                    lock_holder(directory) or "?",
+                    directory / LOCK_FILE,
+                )
             if time.monotonic() > deadline:
                 raise NoRedisServer(
                     f"another approval-bot serve (pid {lock_holder(directory) or '?'}) holds "
                     f"{directory / LOCK_FILE} but its Redis does not answer at "
                     f"{recorded_address(directory) or '(no address recorded)'}"
                 )
-            time.sleep(0.1)
+            yield 0.1
     except BaseException:
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -4,6 +4,7 @@ back (Redis, Slack), and stopping on a signal in every phase."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from bot import cli, embedded_redis
 from bot.app import Bot
 from bot.settings import VARIABLES, load_settings
 from bot.slack_link import plain
+from tests.bot.test_serve import pid_alive
 from tests.support import wait_healthy
 from tests.support.e2e import bot_config
 from tests.support.slack_emulator import SlackEmulator
@@ -257,3 +259,77 @@ def test_failures_read_as_plain_words() -> None:
     assert plain(refused) == "cannot connect to slack.com:443 (Connection refused)"
     assert plain(TimeoutError()) == "no answer in time"
     assert plain(RuntimeError("boom\nsecond line")) == "RuntimeError: boom"
+
+
+# -- a signal while the embedded Redis starts ----------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("phase", ["starting", "owner starting"])
+async def test_a_signal_stops_serve_while_the_embedded_redis_starts(
+    phase: str, sig: signal.Signals, tmp_path: Path
+) -> None:
+    """No REDIS_URL, nothing on localhost:6379: `serve` starts the embedded server, which may
+    take up to 10 s to answer ("starting": a redis-server on PATH that never answers), or
+    waits up to 10 s for the one another serve is starting ("owner starting": this test holds
+    the directory's lock). A signal must end it then, leaving no server behind: exit 0 and
+    "stopped while starting", where a start that ignored it would end after its 10 s with
+    exit 2 ("did not answer PING")."""
+    fake = tmp_path / "bin" / "redis-server"
+    fake.parent.mkdir()
+    pids = tmp_path / "fake-redis.pids"
+    fake.write_text(f'#!/bin/sh\necho $$ >> "{pids}"\nexec sleep 600\n')
+    fake.chmod(0o755)
+    data = tmp_path / "data"
+    held = None
+    if phase == "owner starting":
+        (data / "redis").mkdir(parents=True)
+        held = os.open(data / "redis" / embedded_redis.LOCK_FILE, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(
+        PATH=f"{fake.parent}{os.pathsep}{env.get('PATH', '')}",
+        PORT=str(free_port()),
+        APPROVALS_DATA_DIR=str(data),
+        LOG_LEVEL="INFO",
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.fresh_machine", "serve",
+        env=env, cwd=REPO, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    lines: list[str] = []
+
+    async def collect() -> None:
+        assert proc.stderr is not None
+        async for line in proc.stderr:
+            lines.append(line.decode(errors="replace").rstrip("\n"))
+
+    collector = asyncio.create_task(collect())
+    try:
+        if phase == "starting":
+            deadline = time.monotonic() + 30
+            while not pids.exists():  # the fake server runs: serve waits for its PING
+                assert time.monotonic() < deadline, "\n".join(lines)
+                await asyncio.sleep(0.02)
+        else:
+            await wait_line(lines, "waiting for the embedded Redis of the serve")
+        proc.send_signal(sig)
+        code = await asyncio.wait_for(proc.wait(), 30)
+        await asyncio.wait_for(collector, 10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if held is not None:
+            os.close(held)
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert "stopped while starting the embedded Redis" in text, text
+    assert "Traceback" not in text and "did not answer" not in text, text
+    for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+        assert not pid_alive(pid), f"the server it was starting ({pid}) was left running"
+    assert not (data / "redis" / embedded_redis.URL_FILE).exists()
+    if phase == "starting":
+        assert pids.exists(), "the start was under way"
