@@ -19,7 +19,7 @@ from approvals.store.keys import Keys
 from bot import app as bot_app
 from bot import cli
 from bot.settings import load_settings
-from tests.support import delete_prefix, wait_healthy
+from tests.support import delete_prefix, eventually, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,6 +139,12 @@ async def test_two_serves_on_one_data_dir_share_one_server(
             stops[0].set()  # the serve that runs the server ends: the other takes it over
             await asyncio.wait_for(tasks[0], 20)
             await wait_healthy(ports[1])
+            # Its server answers a moment before it records the address (the start is
+            # awaited now, so /healthz may answer in between): wait for the take-over's line.
+            await eventually(
+                lambda: any("this one runs it now" in r.getMessage() for r in caplog.records),
+                what="the take-over",
+            )
             assert (tmp_path / "redis" / "server.url").read_text().strip() == url
             async with http.get(
                 f"http://127.0.0.1:{ports[1]}/v1/approvals/{rid}", headers=headers
