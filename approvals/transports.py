@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -191,6 +192,24 @@ class RedisTransport(ServiceTransport):
             await self.redis.aclose()
 
 
+def plain(error: BaseException) -> str:
+    """Why an HTTP call failed, in plain words (no reprs): `cannot connect to HOST:PORT
+    (Connection refused)`, `no answer within the time allowed`, …"""
+    if isinstance(error, aiohttp.ClientConnectorError):
+        cause, number = error.os_error, error.os_error.errno
+        if number and number > 0 and not isinstance(cause, socket.gaierror):
+            reason = os.strerror(number)  # asyncio's own text repeats the address as a tuple
+        else:
+            reason = cause.strerror or str(cause) or "no connection"
+        return f"cannot connect to {error.host}:{error.port} ({reason})"
+    if isinstance(error, TimeoutError):
+        return "no answer within the time allowed"
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        return "the connection was closed before an answer came"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
 def error_from_response(status: int, body: Any, fallback: str) -> ApprovalError:
     """The `ApprovalError` matching an HTTP error answer `{"error": {"code", "message"}}`."""
     err = body.get("error") if isinstance(body, dict) else None
@@ -258,7 +277,7 @@ class HttpTransport(_LoopBound):
                 text = await response.text()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise BotUnreachable(f"approval bot at {self.url} is unreachable: {e!r}") from e
+            raise BotUnreachable(f"approval bot at {self.url} is unreachable: {plain(e)}") from e
         try:
             data: Any = json.loads(text) if text else None
         except ValueError:

@@ -69,6 +69,16 @@ def read_stdin(stream: BinaryIO | TextIO) -> HookBody:
     return read_hook_body(data)
 
 
+def quiet_logging() -> None:
+    """Run as a program, nothing configures logging, so Python would print every warning
+    (with its traceback) on stderr: the hook says each problem in one line itself
+    (`answer_hook`'s `report`). Where logging is configured (a test, an embedding
+    program), its handlers get the records as before."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+
+
 def main(
     argv: list[str],
     stdin: BinaryIO | TextIO | None = None,
@@ -83,6 +93,7 @@ def main(
     the settings (`bot.cli.open_client`); `started` (monotonic clock): when the agent's clock
     for the hook's timeout started (default: now)."""
     started = time.monotonic() if started is None else started
+    quiet_logging()
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
@@ -184,6 +195,9 @@ async def _review(
             cancelled = await client.get(request_id)
         return cancelled.to_request()
 
+    def report(line: str) -> None:
+        print(f"approval-bot hook: {line}", file=stderr)
+
     budget = time_budget(timeout) - max(0.0, time.monotonic() - started)
     try:
         return await answer_hook(
@@ -194,9 +208,10 @@ async def _review(
             timeout=max(budget, 0.05),
             on_timeout=on_timeout,  # type: ignore[arg-type]
             cancel=cancel,
+            report=report,
         )
     finally:
         try:
             await client.aclose()
-        except Exception:
-            log.warning("closing the client failed", exc_info=True)
+        except Exception as e:
+            log.warning("closing the client failed error=%s", type(e).__name__)

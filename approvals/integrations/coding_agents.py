@@ -79,6 +79,8 @@ MAX_JSON_DEPTH = 64
 Submit = Callable[[ApprovalEvent], Awaitable[ApprovalRequest]]
 Wait = Callable[[str, float], Awaitable[ApprovalRequest]]
 Cancel = Callable[[str, str], Awaitable[ApprovalRequest]]
+#: Told each problem of a hook call in one line of plain words (the command hook's stderr).
+Report = Callable[[str], None]
 
 
 # -- input ----------------------------------------------------------------------------------
@@ -533,6 +535,7 @@ async def answer_hook(
     timeout: float,  # noqa: ASYNC109 - a budget for submit + wait, each step told what is left
     on_timeout: OnTimeout = "deny",
     cancel: Cancel | None = None,
+    report: Report | None = None,
 ) -> dict[str, Any] | None:
     """Review one hook call: submit it, wait, answer — all within `timeout` seconds.
 
@@ -543,7 +546,11 @@ async def answer_hook(
     `InvalidRequest`; a call that cannot be reviewed (too large, say) and any
     failure to submit or wait deny (fail closed). When no decision comes in
     time, `cancel(id, reason)` (when given) withdraws the request so its Slack
-    message says so — and if a decision won the race, that decision is used."""
+    message says so — and if a decision won the race, that decision is used.
+    `report` (when given) is told every problem in one line of plain words: input refused,
+    a failure (with what failed: an address, a refusal), no decision in time, a withdrawal
+    that failed."""
+    tell: Report = report or (lambda line: None)
     if dialect not in DIALECTS:
         raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")
     if on_timeout not in ON_TIMEOUT:
@@ -560,6 +567,7 @@ async def answer_hook(
     except InvalidRequest as e:  # not reviewable: denied, nothing stored
         shape: HookEvent = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
         log.info("hook input refused dialect=%s problem=%s", dialect, e.message)
+        tell(f"{e.message}; denied")
         return output_for_failure(shape, e.message)
     hook_event = hook.hook_event_name
     request: ApprovalRequest | None = None
@@ -575,11 +583,17 @@ async def answer_hook(
         except (TimeoutError, ApprovalTimeout):
             keep = on_timeout == "defer" and defers(dialect, hook_event)  # stays in Slack
             if request is not None and request.is_pending and not keep:
-                request = await _withdraw(dialect, request, cancel, on_timeout, timeout, deadline)
+                request = await _withdraw(
+                    dialect, request, cancel, on_timeout, timeout, deadline, tell
+                )
             if request is None or request.status in ("pending", "cancelled"):
                 request_id = request.id if request is not None else None
                 log.info(
                     "hook timed out dialect=%s id=%s on_timeout=%s", dialect, request_id, on_timeout
+                )
+                tell(
+                    f"no decision{f' on {request_id}' if request_id else ''} within "
+                    f"{round(timeout, 1):g} s; {on_timeout}"
                 )
                 return for_dialect(
                     dialect,
@@ -590,6 +604,11 @@ async def answer_hook(
             log.info("hook review refused dialect=%s code=%s", dialect, e.code)
         else:
             log.exception("hook review failed dialect=%s tool=%s", dialect, hook.tool_name)
+        # The agent reads `failure_reason` (no addresses); whoever runs the hook gets what
+        # failed: an ApprovalError's message says it in plain words (the bot's address, its
+        # refusal); anything else is named by its type only.
+        detail = e.message if isinstance(e, ApprovalError) else failure_reason(e)
+        tell(f"{detail}; denied")
         return for_dialect(dialect, output_for_failure(hook_event, failure_reason(e)))
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
     suggestions = payload.get("permission_suggestions") if isinstance(payload, Mapping) else None
@@ -603,6 +622,7 @@ async def _withdraw(
     on_timeout: OnTimeout,
     waited: float,
     deadline: float,
+    tell: Report,
 ) -> ApprovalRequest:
     """Cancel a request nobody decided in time (giving up at `deadline`, loop time); the
     request as it stands afterwards."""
@@ -612,6 +632,8 @@ async def _withdraw(
     try:
         async with asyncio.timeout_at(deadline):
             return await cancel(request.id, f"no decision within {round(waited, 1):g} s; {then}")
-    except Exception:
-        log.warning("hook could not cancel id=%s", request.id, exc_info=True)
+    except Exception as e:
+        log.warning("hook could not cancel id=%s error=%s", request.id, failure_reason(e))
+        why = e.message if isinstance(e, ApprovalError) else failure_reason(e)
+        tell(f"could not withdraw {request.id} (it stays pending until its deadline): {why}")
         return request

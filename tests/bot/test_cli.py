@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -615,3 +616,53 @@ async def test_ctrl_c_on_request_wait_over_redis_withdraws_it(
     request = await ctx.store.get(created.request_id)
     assert request.status == "cancelled", "withdrawn, not left pending"
     assert rest.decode().splitlines() == [f"withdrew {request.id}"], rest.decode()
+
+
+# -- the hook's stderr: one plain line per problem, as a real process -------------------------
+
+
+async def run_hook(env: dict[str, str], *args: str) -> tuple[dict[str, Any], list[str]]:
+    """`approval-bot hook claude-code ARGS` as its own process (no logging configured, as an
+    agent runs it): its JSON answer and its stderr lines."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "hook", "claude-code", *args,
+        env={**base, **env}, cwd=REPO, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(hook_input().encode()), 60)
+    assert proc.returncode == 0
+    return json.loads(out), err.decode().splitlines()
+
+
+@pytest.mark.parametrize("problem", ["bot unreachable", "wrong token", "no decision in time"])
+async def test_hook_failures_are_one_plain_line_on_stderr(
+    problem: str, api_url: str, ctx: BotContext
+) -> None:
+    env = {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": "test-token"}
+    args: tuple[str, ...] = ("--timeout", "30")
+    if problem == "bot unreachable":
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env["APPROVALS_URL"] = f"http://127.0.0.1:{port}"
+        expected = (
+            f"approval-bot hook: approval bot at http://127.0.0.1:{port} is unreachable: "
+            f"cannot connect to 127.0.0.1:{port} (Connection refused); denied"
+        )
+    elif problem == "wrong token":
+        env["APPROVALS_TOKEN"] = "not-the-token"
+        expected = "approval-bot hook: the bearer token is not valid for this API; denied"
+    else:  # long enough for the submit to fit on a loaded machine; nobody decides
+        args = ("--timeout", "4")
+        expected = "approval-bot hook: no decision on apr_"
+    answer, err = await run_hook(env, *args)
+    decided = answer["hookSpecificOutput"]
+    assert decided["permissionDecision"] == "deny", decided
+    assert len(err) == 1 and err[0].startswith(expected), err
+    reason = decided["permissionDecisionReason"]
+    assert "ConnectionKey" not in reason and "Error(" not in reason, reason
+    if problem == "no decision in time":
+        assert await ctx.store.list_pending() == [], f"withdrawn: {err}"

@@ -569,3 +569,43 @@ async def test_run_hook_denies_a_call_it_cannot_review(ctx: BotContext) -> None:
     out = await answer_hook("codex", too_long, ctx.service.submit, ctx.waiter.wait, timeout=1)
     assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert await ctx.store.audit_entries() == []
+
+
+async def test_report_tells_each_problem_in_one_plain_line(ctx: BotContext) -> None:
+    """The command hook prints what `report` is told on stderr: a failed withdrawal, a store
+    that is down, input refused — each one line of plain words."""
+    lines: list[str] = []
+
+    async def broken_cancel(request_id: str, reason: str) -> ApprovalRequest:
+        raise StoreUnavailable("the approval store (Redis) is unavailable; try again")
+
+    out = await answer_hook(
+        "claude-code",
+        claude("Bash", {"command": "ls"}, tool_use_id="toolu_report"),
+        ctx.service.submit,
+        ctx.waiter.wait,
+        timeout=0.5,
+        cancel=broken_cancel,
+        report=lines.append,
+    )
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    (pending,) = await ctx.store.list_pending()
+    assert lines == [
+        f"could not withdraw {pending.id} (it stays pending until its deadline): "
+        "the approval store (Redis) is unavailable; try again",
+        f"no decision on {pending.id} within 0.5 s; deny",
+    ]
+
+    lines.clear()
+
+    async def down(event: ApprovalEvent) -> ApprovalRequest:
+        raise StoreUnavailable("the approval store (Redis) is unavailable; try again")
+
+    await answer_hook("codex", claude("Bash", {"command": "ls"}), down, ctx.waiter.wait,
+                      timeout=1, report=lines.append)  # fmt: skip
+    assert lines == ["the approval store (Redis) is unavailable; try again; denied"]
+
+    lines.clear()
+    await answer_hook("codex", {"hook_event_name": "PreToolUse"}, down, ctx.waiter.wait,
+                      timeout=1, report=lines.append)  # fmt: skip
+    assert len(lines) == 1 and lines[0].endswith("; denied") and "Traceback" not in lines[0]
