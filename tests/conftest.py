@@ -3,6 +3,7 @@ a BotContext on them and the agent API served from it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -31,6 +32,31 @@ pytest_plugins = ["tests.support.e2e"]
 hypothesis_settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` run first (otherwise in collection order): on several workers
+    (scripts/test runs pytest-xdist) they start at once, spread over the workers, and
+    overlap the many short tests instead of trailing the run. Nothing is deselected."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that runs an entry point in-process (`bot.cli.main`) configures logging: a root
+    handler on the stderr pytest captured for that test, root and `slack_sdk` levels. Undo
+    that, so later tests on the same worker never log into a closed capture ("--- Logging
+    error --- ValueError: I/O operation on closed file") or at another level."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    slack_level = logging.getLogger("slack_sdk").level
+    yield
+    for handler in list(root.handlers):
+        # pytest's own capture handlers are subclasses, and come and go with each phase
+        if type(handler) is logging.StreamHandler and handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("slack_sdk").setLevel(slack_level)
 
 
 def _reachable(url: str) -> bool:

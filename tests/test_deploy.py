@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -137,6 +138,7 @@ async def test_every_metric_the_dashboard_and_alerts_use_is_in_a_real_scrape(
         assert needed in rules
 
 
+@pytest.mark.slow(reason="runs the Dockerfile's pip install steps into a fresh venv")
 async def test_the_dockerfile_install_steps_outside_a_container(
     tmp_path: Path, redis_url: str
 ) -> None:

@@ -35,6 +35,7 @@ HOOK_INPUT = {
 }
 
 
+@pytest.mark.slow(reason="a real `serve` process drained by SIGTERM")
 async def test_sigterm_answers_parked_calls_finishes_the_post_and_exits(
     redis_url: str, redis: Any
 ) -> None:

@@ -64,6 +64,7 @@ def copies_of(slack: SlackEmulator, request_id: str) -> list[dict[str, Any]]:
     return [m for m in slack.messages.values() if request_id in json.dumps(m.get("blocks", []))]
 
 
+@pytest.mark.slow(reason="a real SIGKILL of `serve`; the dead replica's 5 s heartbeat expires")
 async def test_sigkill_with_posts_in_flight_leaves_one_live_message_per_request(
     serve_process: asyncio.subprocess.Process,
     make_bot: BotFactory,

@@ -80,6 +80,7 @@ async def test_a_click_during_an_outage_is_not_lost_silently(
     assert decided.decision.decided_by == "U0BOB"
 
 
+@pytest.mark.slow(reason="waits out the command timeouts of a Redis that never answers")
 async def test_a_frozen_redis_gives_quick_errors_and_a_clean_shutdown(
     bot: Bot, proxied: tuple[RedisProxy, str], http: aiohttp.ClientSession, redis_url: str
 ) -> None:

@@ -7,6 +7,8 @@ import itertools
 import json
 from typing import Any
 
+import pytest
+
 from approvals.models import ApprovalEvent
 from approvals.service import Actor
 from approvals.store.outbox import Outbox
@@ -88,6 +90,7 @@ async def test_replica_dying_after_reading_outbox_is_covered_by_another(
     assert "dead-replica" not in consumers, "a gone consumer is removed from the group"
 
 
+@pytest.mark.slow(reason="30 posts against a per-channel rate limit, 1 s Retry-After waits")
 async def test_thirty_requests_under_rate_limits_are_all_posted_once_and_paced(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:

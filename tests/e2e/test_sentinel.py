@@ -32,6 +32,7 @@ def sentinels() -> Iterator[SentinelGroup]:
         group.stop()
 
 
+@pytest.mark.slow(reason="starts a master, a replica and 3 sentinels, then fails over")
 async def test_pending_requests_survive_a_failover_and_decisions_after_it_reach_agents(
     sentinels: SentinelGroup, slack: SlackEmulator, reviewer: Any, http: aiohttp.ClientSession
 ) -> None:

@@ -79,6 +79,7 @@ async def start_bot(
     return proc
 
 
+@pytest.mark.slow(reason="a real SIGKILL of `serve` mid-delivery and a restart")
 async def test_delivery_in_flight_at_sigkill_is_delivered_after_restart(
     redis_url: str, keys: Keys, store: ApprovalStore, bots: list[asyncio.subprocess.Process]
 ) -> None:

@@ -65,6 +65,10 @@ async def test_thread_resumes_on_approve_and_deny_and_ignores_redelivery_and_for
 
         # a redelivery (same webhook-id) finds nothing waiting: 200, and it does not run again
         deliveries = Deliveries(ctx.redis, ctx.keys)
+        # The graph resumes inside the handler, before the bot has the 200: retried before the
+        # first attempt is recorded, the retry would meet that attempt still in flight and be
+        # settled by it (delivered), never attempted a second time.
+        await eventually(lambda: _attempts(deliveries, approval_id, 1))
         await deliveries.retry(approval_id)
         await eventually(lambda: _attempts(deliveries, approval_id, 2))
         assert ran == ["terraform apply"]
