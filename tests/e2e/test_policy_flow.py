@@ -187,6 +187,9 @@ async def test_a_deny_beats_approvals(
 
 # -- escalation and timeouts -----------------------------------------------------------------
 
+#: Route b's deadline: the tests click on b's message before it passes, which on a loaded
+#: machine can take well over 0.5 s.
+B_DEADLINE = 3.0
 CHAIN: dict[str, Any] = {
     "routes": {
         "default": {"channel": CHANNEL},
@@ -195,7 +198,7 @@ CHAIN: dict[str, Any] = {
             "on_timeout": "escalate", "escalate_to": "b",
         },
         "b": {
-            "channel": OPS, "reviewers": ["U0BOB"], "deadline_seconds": 0.5,
+            "channel": OPS, "reviewers": ["U0BOB"], "deadline_seconds": B_DEADLINE,
             "on_timeout": "escalate", "escalate_to": "c",
         },
         "c": {"channel": SECURITY, "reviewers": ["U0CAROL"], "deadline_seconds": 0.5},
@@ -258,7 +261,7 @@ async def test_escalated_request_is_decided_on_the_new_route(
     req = await waiting
     assert req.status == "approved" and req.decision is not None
     assert (req.decision.decided_by, req.route) == ("U0BOB", "b")
-    await asyncio.sleep(0.8)  # past route b's deadline: nothing more happens
+    await asyncio.sleep(B_DEADLINE + 0.3)  # past route b's deadline: nothing more happens
     assert posts_for(slack, rid) == [CHANNEL, OPS]
     assert (await bot.ctx.store.get(rid)).status == "approved"
 
@@ -303,10 +306,11 @@ async def test_overdue_while_every_bot_was_stopped_expires_on_next_start(
 ) -> None:
     first = await make_bot()
     assert first.ctx is not None
-    rid = (await submit(first, config=ApprovalConfig(deadline_seconds=1))).id
+    # 3 s: the first bot must post and stop before the deadline, even on a loaded machine.
+    rid = (await submit(first, config=ApprovalConfig(deadline_seconds=3))).id
     message = await posted_in(slack, CHANNEL, rid)
     await first.stop()
-    await asyncio.sleep(1.3)
+    await asyncio.sleep(3.3)
     assert (await store.get(rid)).status == "pending", "nobody was sweeping"
     assert updates_of(slack, message) == []
     second = await make_bot()
