@@ -103,7 +103,8 @@ def review_value(request_id: str, escalations: int) -> str:
 def read_review_value(value: str) -> tuple[str, int | None]:
     """(request id, round) from a Review button's value; round None if unreadable."""
     request_id, _, raw = value.partition("@")
-    return request_id, int(raw) if raw.isdigit() else None
+    canonical = raw.isascii() and raw.isdigit() and str(int(raw)) == raw
+    return request_id, int(raw) if canonical else None
 
 
 def choose_action_id(index: int) -> str:

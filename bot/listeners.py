@@ -300,29 +300,25 @@ class Listeners:
 
     async def _review(self, body: Body, meta: ids.ModalMetadata, decision: str, text: str) -> None:
         common: dict[str, Any] = {"channel": meta.channel, "version": meta.version}
-        if decision == ids.REVIEW_DENY:
-            await self._decide(body, meta.request_id, "deny", reason=text or None, **common)
-        elif decision == ids.REVIEW_RESPOND:
-            await self._decide(body, meta.request_id, "approve", input=text, **common)
-        elif decision == ids.REVIEW_APPROVE:
-            await self._decide(body, meta.request_id, "approve", **common)
-        elif decision.startswith(ids.REVIEW_CHOOSE):
-            request = await self._load(body, meta.request_id)
-            if request is None:
-                return
-            options = request.config.options or ()
-            raw = decision.removeprefix(ids.REVIEW_CHOOSE)
-            index = int(raw) if raw.isdigit() else -1
-            if not 0 <= index < len(options):
-                await self._ephemeral(
-                    body, modals.refusal_text("stale_option", request), channel=meta.channel
-                )
-                return
-            await self._decide(body, meta.request_id, "approve", selection=options[index], **common)
-        else:
+        request = await self._load(body, meta.request_id)
+        if request is None:
+            return
+        # Only what the dialog offers for this request's kind, spelled exactly as offered.
+        if decision not in {value for value, _label in modals.review_options(request)}:
             await self._ephemeral(
-                body, "That decision is not one this dialog offers.", channel=meta.channel
+                body, modals.refusal_text("stale_option", request), channel=meta.channel
             )
+            return
+        if decision == ids.REVIEW_DENY:
+            await self._decide(body, request.id, "deny", reason=text or None, **common)
+        elif decision == ids.REVIEW_RESPOND:
+            await self._decide(body, request.id, "approve", input=text, **common)
+        elif decision == ids.REVIEW_APPROVE:
+            await self._decide(body, request.id, "approve", **common)
+        else:
+            index = int(decision.removeprefix(ids.REVIEW_CHOOSE))
+            options = request.config.options or ()
+            await self._decide(body, request.id, "approve", selection=options[index], **common)
 
     async def on_edit_submit(self, ack: AsyncAck, body: Body) -> None:
         """Approve with edits: read the JSON back (masks restored), check it (object, the

@@ -206,7 +206,7 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
     if kind == "not_found" or req is None:
         return "This approval request no longer exists (it may have expired from the record)."
     if kind == "stale_option":
-        return "That option is not one of this request's options."
+        return "That option is not one this request offers; nothing was recorded."
     if kind == "edited_since":
         return (
             "The arguments were edited since you looked; nothing was recorded. "

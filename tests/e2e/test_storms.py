@@ -13,11 +13,15 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
 from approvals.models import ApprovalConfig, ApprovalEvent
 from approvals.policy_file import parse_policy
 from approvals.service import Actor
 from approvals.store.keys import Keys
-from bot import digest_blocks, ids
+from bot import digest_blocks, ids, modals
 from bot.app import Bot
 from bot.copies import DIGEST_EVENT_TYPE
 from bot.dispatcher import DispatcherOptions
@@ -538,3 +542,80 @@ async def test_a_digest_slack_refuses_ends_its_requests_as_errors(
         (c.body.get("metadata") or {}).get("event_type") == DIGEST_EVENT_TYPE
         for c in slack.calls_to("chat.postMessage")
     ), "a digest was tried"
+
+
+OFFERED = {"deny", "choose:0", "choose:1"}
+
+
+@pytest.fixture
+async def review_bot(make_bot: BotFactory) -> Bot:
+    """One bot for every example of a property (a function-scoped fixture, shared)."""
+    return await make_bot(policy())
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(decision=st.text(max_size=20).filter(lambda d: d not in OFFERED))
+@example(decision="approve")  # not offered for a choice
+@example(decision="respond")
+@example(decision="choose:00")
+@example(decision="choose:2")
+@example(decision="choose:-1")
+@example(decision="choose:\u0661")
+@example(decision="deny ")
+async def test_property_a_review_modal_decides_only_what_it_offers(
+    review_bot: Bot, slack: SlackEmulator, reviewer: Any, decision: str
+) -> None:
+    bot = review_bot
+    assert bot.ctx is not None
+    request = await bot.ctx.service.submit(
+        ApprovalEvent(tool_name="paint", arguments={}),
+        ApprovalConfig(kind="choice", options=("blue", "green")),
+    )
+    view = modals.review_modal(request, channel=CHANNEL, ts="1.0")
+    alice: Reviewer = reviewer("U0ALICE")
+    told = len(slack.calls_to("chat.postEphemeral"))
+    submit = alice.submit_payload(view, {})
+    chosen = {"type": "static_select", "selected_option": {"value": decision}}
+    submit["view"]["state"] = {
+        "values": {ids.REVIEW_DECISION_BLOCK: {ids.REVIEW_DECISION_ACTION: chosen}}
+    }
+    assert await alice.send(bot, submit) == 200
+    if "response_action" not in alice.last_body:  # else answered in the modal itself
+        await slack.wait_for("chat.postEphemeral", told + 1)
+    else:
+        assert "errors" in alice.last_body
+    assert (await bot.ctx.store.get(request.id)).is_pending, decision
+
+
+async def test_a_review_modal_answers_a_choice_and_an_input(
+    review_bot: Bot, slack: SlackEmulator, reviewer: Any
+) -> None:
+    assert review_bot.ctx is not None
+    service = review_bot.ctx.service
+    choice = await service.submit(
+        ApprovalEvent(tool_name="paint", arguments={}),
+        ApprovalConfig(kind="choice", options=("blue", "green")),
+    )
+    asked = await service.submit(
+        ApprovalEvent(tool_name="name", arguments={}), ApprovalConfig(kind="input")
+    )
+    alice: Reviewer = reviewer("U0ALICE")
+    for request, decision, text in ((choice, "choose:1", ""), (asked, "respond", "Ada")):
+        submit = alice.submit_payload(modals.review_modal(request, channel=CHANNEL), {})
+        submit["view"]["state"] = {
+            "values": {
+                ids.REVIEW_DECISION_BLOCK: {
+                    ids.REVIEW_DECISION_ACTION: {"selected_option": {"value": decision}}
+                },
+                ids.REVIEW_TEXT_BLOCK: {ids.REVIEW_TEXT_ACTION: {"value": text}},
+            }
+        }
+        assert await alice.send(review_bot, submit) == 200
+    chose = await eventually(lambda: _decided(review_bot, choice.id))
+    answered = await eventually(lambda: _decided(review_bot, asked.id))
+    assert chose.status == "approved" and chose.decision.selection == "green"
+    assert answered.status == "approved" and answered.decision.input == "Ada"
