@@ -84,6 +84,12 @@ class DigestDrawer:
         self._task = None
         self._drawing.clear()
 
+    async def drain(self, grace: float) -> None:
+        """Let draws in hand finish (a digest post on its way) for up to `grace` seconds."""
+        busy = [t for t in self._drawing.values() if not t.done()]
+        if busy and grace > 0:
+            await asyncio.wait(busy, timeout=grace)
+
     def wake(self) -> None:
         self._wake.set()
 

@@ -151,6 +151,7 @@ class Dispatcher:
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), max(0.0, end - loop.time()))
+        await self.drawer.drain(max(0.0, end - loop.time()))
         if self._in_flight:
             log.warning(
                 "shutdown: %d outbox entries still in hand after %.0fs; they stay owed",
