@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -132,22 +133,51 @@ class AuditEntry:
 T = TypeVar("T")
 
 
+#: Set inside an admitted store operation: one it calls runs on the same turn (a nested
+#: operation waiting for a turn of its own could wait for ever behind its caller).
+_ADMITTED: ContextVar[bool] = ContextVar("approvals_store_admitted", default=False)
+_UNAVAILABLE = "the approval store (Redis) is unavailable; try again"
+
+
 def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     """Redis errors become `StoreUnavailable`, and so does no answer within the store's
     `command_timeout` (an asyncio timeout; the bot's is `DEFAULT_COMMAND_TIMEOUT` in
-    `approvals/store/connection.py`; None: unbounded, for the CLI's long exports)."""
+    `approvals/store/connection.py`; None: unbounded, for the CLI's long exports).
+
+    With `max_concurrent`, operations take turns: at most that many run at once, the
+    others wait in order (up to `admission_timeout`, then `StoreUnavailable`), and the
+    `command_timeout` of each starts with its turn. On a saturated event loop (thousands
+    of agents at once) every operation started at once would finish late together and
+    time out together; in turns, they finish in the order they came."""
 
     async def wrapper(self: Any, *args: Any, **kwargs: Any) -> T:
+        turns: asyncio.Semaphore | None = getattr(self, "turns", None)
+        if turns is None or _ADMITTED.get():
+            return await _bounded(self, fn, args, kwargs)
         try:
-            async with asyncio.timeout(getattr(self, "command_timeout", None)):
-                return await fn(self, *args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, TimeoutError) as e:
-            # The text agents see names no host, port or driver message (kept in the chain).
-            raise StoreUnavailable("the approval store (Redis) is unavailable; try again") from e
+            async with asyncio.timeout(getattr(self, "admission_timeout", None)):
+                await turns.acquire()
+        except TimeoutError as e:
+            raise StoreUnavailable(_UNAVAILABLE) from e
+        admitted = _ADMITTED.set(True)
+        try:
+            return await _bounded(self, fn, args, kwargs)
+        finally:
+            _ADMITTED.reset(admitted)
+            turns.release()
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+async def _bounded(self: Any, fn: Callable[..., Awaitable[T]], args: Any, kwargs: Any) -> T:
+    try:
+        async with asyncio.timeout(getattr(self, "command_timeout", None)):
+            return await fn(self, *args, **kwargs)
+    except (RedisConnectionError, RedisTimeoutError, TimeoutError) as e:
+        # The text agents see names no host, port or driver message (kept in the chain).
+        raise StoreUnavailable(_UNAVAILABLE) from e
 
 
 class ApprovalStore:
@@ -161,9 +191,14 @@ class ApprovalStore:
         default_deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
         clock: Callable[[], float] = time.time,
         command_timeout: float | None = None,
+        max_concurrent: int | None = None,
+        admission_timeout: float | None = None,
     ) -> None:
         self.redis = redis
         self.command_timeout = command_timeout
+        #: Turns for store operations (see `_guard`); None: every operation runs at once.
+        self.turns = asyncio.Semaphore(max_concurrent) if max_concurrent else None
+        self.admission_timeout = admission_timeout
         self.keys = keys
         self.default_deadline_seconds = default_deadline_seconds
         self.clock = clock
@@ -374,9 +409,17 @@ class ApprovalStore:
         return request.model_copy(update=update)
 
     @_guard
-    async def list_pending(self, limit: int = 100) -> list[ApprovalRequest]:
-        """Pending requests, oldest first."""
-        ids = await self.redis.zrange(self.keys.pending, 0, max(0, limit - 1))
+    async def list_pending(
+        self, limit: int = 100, *, created_before: float | None = None
+    ) -> list[ApprovalRequest]:
+        """Pending requests, oldest first; with `created_before` (epoch seconds), only those
+        created at or before it."""
+        if created_before is None:
+            ids = await self.redis.zrange(self.keys.pending, 0, max(0, limit - 1))
+        else:
+            ids = await self.redis.zrangebyscore(
+                self.keys.pending, "-inf", created_before, start=0, num=max(1, limit)
+            )
         found = await self.get_many(ids)
         return [found[i] for i in ids if i in found and found[i].is_pending]
 

@@ -125,3 +125,32 @@ async def test_the_requester_is_told_the_outcome(
     await eventually(lambda: any(u == "U0REQ" for u, _ in dms_to(slack)))
     (notice,) = [t for u, t in dms_to(slack) if u == "U0REQ"]
     assert "Approved by <@U0ALICE>" in notice and TOKEN not in notice
+
+
+async def test_the_scan_reads_only_requests_old_enough_to_remind(
+    make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
+) -> None:
+    """The scan runs every second: with no reminding route it reads nothing, and with one it
+    reads only requests created at least `remind_after` ago (a burst of fresh requests is
+    not read and parsed every second)."""
+    bot = await make_bot(policy())
+    assert bot.ctx is not None and bot.reminders is not None
+    req = await asked(bot, slack)
+    read: list[list[str]] = []
+    get_many = bot.ctx.store.get_many
+
+    async def counting(ids: Any) -> Any:
+        read.append([str(i) for i in ids])
+        return await get_many(ids)
+
+    monkeypatch.setattr(bot.ctx.store, "get_many", counting)
+    assert await bot.reminders.remind_due(req.created_at + timedelta(seconds=30)) == 0
+    assert read == [[]], "created 30 s ago, reminded after 60: not read"
+    assert await bot.reminders.remind_due(req.created_at + timedelta(seconds=61)) == 2
+    assert read[-1] == [req.id]
+
+    quiet = {"routes": {"default": {"channel": CHANNEL}}}
+    bot.ctx.service.policy = parse_policy(quiet, source="test")
+    read.clear()
+    assert await bot.reminders.remind_due(req.created_at + timedelta(seconds=500)) == 0
+    assert read == [], "no route reminds: nothing read"
