@@ -29,7 +29,12 @@ from slack_bolt.async_app import AsyncApp
 from approvals.policy import Policy
 from approvals.policy_file import PolicyError, build_policy
 from approvals.service import ApprovalService
-from approvals.store.connection import DEFAULT_COMMAND_TIMEOUT, cancel_and_wait, connect
+from approvals.store.connection import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    cancel_and_wait,
+    connect,
+)
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
@@ -52,6 +57,11 @@ log = logging.getLogger(__name__)
 #: Connections the kernel queues before the bot accepts them (aiohttp's default is 128: a burst
 #: of agents past it waits for a SYN retry, a second or more). Capped by net.core.somaxconn.
 LISTEN_BACKLOG = 4096
+
+#: Longest a store operation waits for its turn (`ApprovalStore(max_concurrent=…)`) before it
+#: fails as `StoreUnavailable` (API 503, hooks deny): a burst of thousands queues behind the
+#: pool for seconds; a frozen Redis fails each turn after the command timeout.
+ADMISSION_TIMEOUT = 30.0
 
 #: Longest one part may take to stop (a frozen Redis must not hold up shutdown).
 STOP_STEP_SECONDS = 5.0
@@ -132,7 +142,15 @@ class Bot:
             cfg.redis_url, max_connections=2, client_name=f"approval-bot-waiter:{cfg.consumer}"
         )
         keys = Keys(cfg.prefix)
-        store = ApprovalStore(redis, keys, command_timeout=cfg.redis_timeout)
+        store = ApprovalStore(
+            redis,
+            keys,
+            command_timeout=cfg.redis_timeout,
+            # As many at once as the pool has connections: no operation waits for one
+            # inside its command timeout; the rest take turns, in order.
+            max_concurrent=_pool_size(redis),
+            admission_timeout=ADMISSION_TIMEOUT,
+        )
         slack = None
         if cfg.slack_enabled:
             # One shared session: without it slack_sdk opens a connection per call.
@@ -287,6 +305,12 @@ class Bot:
             self.ctx.metrics.route.known = {*policy.routes, "default"}
         log.info("policy reloaded rules=%d routes=%d", len(policy.rules), len(policy.routes))
         return True
+
+
+def _pool_size(redis: Any) -> int:
+    """The client's connection bound (a cluster client has one pool per node: the default)."""
+    pool = getattr(redis, "connection_pool", None)
+    return int(getattr(pool, "max_connections", None) or DEFAULT_MAX_CONNECTIONS)
 
 
 def _drop_token_unused_warning() -> None:

@@ -7,12 +7,13 @@ import asyncio
 import random
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from approvals.errors import NotFound, PayloadTooLarge
+from approvals.errors import NotFound, PayloadTooLarge, StoreUnavailable
 from approvals.grants import Grant
 from approvals.models import (
     MAX_EVENT_BYTES,
@@ -446,3 +447,55 @@ async def test_every_key_any_store_operation_writes_has_a_ttl(
     assert {k.rsplit(":", 1)[-1] for k in written} >= {"outbox", "audit", "deadlines", "pending"}
     no_ttl = [k for k in written if await redis.ttl(k) <= 0]
     assert no_ttl == [], f"keys without a TTL: {no_ttl}"
+
+
+# -- turns: at most max_concurrent operations at once, the rest in order -------------------------
+
+
+async def test_operations_take_turns_and_all_complete(redis: Redis, keys: Keys) -> None:
+    """200 creates at once on a store allowing 4 at a time: never more than 4 hold a turn at
+    once, every one is created (none fails for waiting its turn), nested reads included."""
+    store = ApprovalStore(redis, keys, command_timeout=3.0, max_concurrent=4)
+    holding = peak = 0
+
+    class Counting(asyncio.Semaphore):
+        async def acquire(self) -> Literal[True]:
+            nonlocal holding, peak
+            await super().acquire()
+            holding += 1
+            peak = max(peak, holding)
+            return True
+
+        def release(self) -> None:
+            nonlocal holding
+            holding -= 1
+            super().release()
+
+    store.turns = Counting(4)
+    results = await asyncio.gather(
+        *(store.create(make_request(call_id=f"turn-{i}")) for i in range(200))
+    )
+    assert all(r.created for r in results)
+    assert peak == 4 and holding == 0
+    ids = [r.request.id for r in results]
+    found = await asyncio.gather(*(store.get(i) for i in ids))  # get → get_many: nested
+    assert [f.id for f in found] == ids and holding == 0
+
+
+async def test_a_nested_operation_runs_on_its_callers_turn(redis: Redis, keys: Keys) -> None:
+    store = ApprovalStore(redis, keys, command_timeout=3.0, max_concurrent=1)
+    made = (await store.create(make_request(call_id="nested"))).request
+    got = await asyncio.wait_for(store.get(made.id), 5)  # get calls get_many: no deadlock
+    assert got.id == made.id
+
+
+async def test_waiting_too_long_for_a_turn_is_store_unavailable(redis: Redis, keys: Keys) -> None:
+    store = ApprovalStore(redis, keys, max_concurrent=1, admission_timeout=0.05)
+    assert store.turns is not None
+    await store.turns.acquire()  # an operation that does not end
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.create(make_request(call_id="no-turn"))
+    finally:
+        store.turns.release()
+    assert (await store.create(make_request(call_id="no-turn"))).created
