@@ -2,7 +2,8 @@
 
     python bench/profiled_serve.py OUT [serve arguments…]
 
-SIGUSR1 starts profiling, SIGUSR2 stops it and writes OUT. Two profilers:
+SIGUSR1 starts profiling, SIGUSR2 stops it and writes OUT (the k-th time after the
+first: OUT.k, so one run can profile several phases). Two profilers:
 
 - OUT ending in `.pstats`: cProfile timed with `time.process_time` (exact call counts,
   but its overhead inflates code that makes many small calls);
@@ -19,6 +20,7 @@ against that checkout's bot (`--bot-exe`).
 from __future__ import annotations
 
 import cProfile
+import os
 import signal
 import sys
 import time
@@ -32,6 +34,7 @@ class Sampler:
     def __init__(self, out: str) -> None:
         self.out = out
         self.stacks: Counter[str] = Counter()
+        self.written = 0
 
     def sample(self, signum: int, frame: FrameType | None) -> None:
         names = []
@@ -42,27 +45,35 @@ class Sampler:
         self.stacks[";".join(reversed(names))] += 1
 
     def enable(self) -> None:
+        self.stacks.clear()
         signal.signal(signal.SIGPROF, self.sample)
         signal.setitimer(signal.ITIMER_PROF, INTERVAL, INTERVAL)
 
     def disable(self) -> None:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        with open(self.out, "w") as f:
+        self.written += 1
+        out = self.out if self.written == 1 else f"{self.out}.{self.written}"
+        with open(out + ".part", "w") as f:
             for stack, n in self.stacks.items():
                 f.write(f"{stack} {n}\n")
+        os.replace(out + ".part", out)
 
 
 class Deterministic:
     def __init__(self, out: str) -> None:
         self.out = out
         self.profiler = cProfile.Profile(time.process_time)
+        self.written = 0
 
     def enable(self) -> None:
+        self.profiler = cProfile.Profile(time.process_time)
         self.profiler.enable()
 
     def disable(self) -> None:
         self.profiler.disable()
-        self.profiler.dump_stats(self.out)
+        self.written += 1
+        base = self.out.removesuffix(".pstats")
+        self.profiler.dump_stats(self.out if self.written == 1 else f"{base}.{self.written}.pstats")
 
 
 def main() -> int:
