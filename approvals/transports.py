@@ -10,16 +10,19 @@ a thread; `transport_factory` picks one from the environment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import io
 import json
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import urlencode, urlsplit
 
-import aiohttp
 from pydantic import ValidationError
 
 from approvals.approval import Approval, already_decided
@@ -36,6 +39,7 @@ from approvals.errors import (
 from approvals.models import ApprovalConfig, ApprovalEvent
 
 if TYPE_CHECKING:  # the Redis side loads only when used: an HTTP client never needs it
+    import aiohttp  # loaded by HttpTransport when it first calls (StdlibHttpTransport never)
     from redis.asyncio import Redis
 
     from approvals.policy import Policy
@@ -192,19 +196,25 @@ class RedisTransport(ServiceTransport):
             await self.redis.aclose()
 
 
-def plain(error: BaseException) -> str:
+def plain(error: BaseException, where: str = "") -> str:
     """Why an HTTP call failed, in plain words (no reprs): `cannot connect to HOST:PORT
-    (Connection refused)`, `no answer within the time allowed`, …"""
-    if isinstance(error, aiohttp.ClientConnectorError):
-        cause, number = error.os_error, error.os_error.errno
-        if number and number > 0 and not isinstance(cause, socket.gaierror):
-            reason = os.strerror(number)  # asyncio's own text repeats the address as a tuple
-        else:
-            reason = cause.strerror or str(cause) or "no connection"
-        return f"cannot connect to {error.host}:{error.port} ({reason})"
+    (Connection refused)`, `no answer within the time allowed`, … (`where`: the HOST:PORT
+    called, for errors that do not say it themselves)."""
+    aiohttp = sys.modules.get("aiohttp")  # only its own errors are aiohttp's
+    if aiohttp is not None and isinstance(error, aiohttp.ClientConnectorError):
+        where, error = f"{error.host}:{error.port}", error.os_error
     if isinstance(error, TimeoutError):
         return "no answer within the time allowed"
-    if isinstance(error, aiohttp.ServerDisconnectedError):
+    if isinstance(error, OSError) and where:
+        number = error.errno
+        if number and number > 0 and not isinstance(error, socket.gaierror):
+            reason = os.strerror(number)  # asyncio's own text repeats the address as a tuple
+        else:
+            reason = error.strerror or str(error) or "no connection"
+        return f"cannot connect to {where} ({reason})"
+    if aiohttp is not None and isinstance(error, aiohttp.ServerDisconnectedError):
+        return "the connection was closed before an answer came"
+    if isinstance(error, http.client.RemoteDisconnected):
         return "the connection was closed before an answer came"
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
@@ -257,6 +267,8 @@ class HttpTransport(_LoopBound):
         params: dict[str, str] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
+        import aiohttp
+
         self._check_loop()
         if self._session is None:
             self._session = aiohttp.ClientSession()
@@ -278,6 +290,11 @@ class HttpTransport(_LoopBound):
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as e:
             raise BotUnreachable(f"approval bot at {self.url} is unreachable: {plain(e)}") from e
+        return self._answer(method, url, status, text)
+
+    @staticmethod
+    def _answer(method: str, url: str, status: int, text: str) -> dict[str, Any]:
+        """The JSON object of a 2xx answer; the matching `ApprovalError` for anything else."""
         try:
             data: Any = json.loads(text) if text else None
         except ValueError:
@@ -353,6 +370,93 @@ class HttpTransport(_LoopBound):
         if self._session is not None and self._owns_session:
             await self._session.close()
         self._session = None
+
+
+class StdlibHttpTransport(HttpTransport):
+    """`HttpTransport` on the standard library's `http.client`, each call on a daemon thread
+    of its own (one connection per call): it never imports aiohttp. For the command hook,
+    a process per gated tool call that makes one to three calls, where importing aiohttp
+    would be most of its start-up. Same answers and errors as `HttpTransport`; a call given
+    up (cancelled, timed out) leaves its thread to end on its socket timeout."""
+
+    def __init__(self, url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(url, token, **kwargs)
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+            raise InvalidRequest("APPROVALS_URL must be an http(s) URL such as http://bot:3000")
+        self._parts = parts
+        self._where = f"{parts.hostname}:{parts.port or _DEFAULT_PORTS[parts.scheme]}"
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        self._check_loop()
+        target = self._parts.path + path + (f"?{urlencode(params)}" if params else "")
+        payload = None if body is None else json.dumps(body).encode()
+        headers = self._headers if body is None else self._json_headers
+        limit = timeout or self.request_timeout
+        try:
+            status, text = await _on_thread(
+                lambda: self._fetch(method, target, payload, headers, limit)
+            )
+        except (OSError, http.client.HTTPException) as e:  # TimeoutError is an OSError
+            raise BotUnreachable(
+                f"approval bot at {self.url} is unreachable: {plain(e, self._where)}"
+            ) from e
+        return self._answer(method, self.url + path, status, text)
+
+    def _fetch(
+        self, method: str, target: str, payload: bytes | None, headers: dict[str, str], limit: float
+    ) -> tuple[int, str]:
+        connection: http.client.HTTPConnection
+        if self._parts.scheme == "https":
+            connection = http.client.HTTPSConnection(self._parts.netloc, timeout=limit)
+        else:
+            connection = http.client.HTTPConnection(self._parts.netloc, timeout=limit)
+        try:
+            connection.request(method, target, body=payload, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read().decode("utf-8", "replace")
+        finally:
+            connection.close()
+
+    async def aclose(self) -> None:
+        return None  # no session: every call had its own connection
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+async def _on_thread(work: Callable[[], T]) -> T:
+    """`work()` on a daemon thread of its own (never joined: an abandoned call cannot hold up
+    the end of the process, as the default executor's threads would)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return  # given up on meanwhile
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as e:
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="approvals-http", daemon=True).start()
+    return await done
 
 
 def request_body(
@@ -528,6 +632,7 @@ __all__ = [
     "HttpTransport",
     "RedisTransport",
     "ServiceTransport",
+    "StdlibHttpTransport",
     "ThreadedTransport",
     "Transport",
     "TransportFactory",

@@ -25,9 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 # Imports stay light here: `--help`, `--version` and a parse error need none of the
 # rest, and every hook call pays for what loads before it can answer. Commands import
 # what they use.
-from bot import grant_commands, webhook_commands
 from bot.durations import duration, positive_duration
-from bot.setup import add_arguments as add_setup_arguments
 
 if TYPE_CHECKING:
     from approvals.client import ApprovalClient
@@ -73,6 +71,9 @@ def since(text: str) -> datetime:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from bot import grant_commands, webhook_commands
+    from bot.setup import add_arguments as add_setup_arguments
+
     parser = argparse.ArgumentParser(
         prog="approval-bot", description="Slack approvals for AI agents."
     )
@@ -303,6 +304,7 @@ def open_client(settings: Settings) -> ApprovalClient:
 
 
 async def run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    from bot import grant_commands, webhook_commands
     from bot.commands import cmd_audit, cmd_decide, cmd_pending, cmd_request, cmd_show
 
     if args.command == "request":

@@ -131,17 +131,37 @@ def answer(
     if body.problem is not None or body.payload is None:
         print(f"approval-bot hook: {body.problem}", file=stderr)
         return deny(body.shape, f"Approval hook error: {body.problem}")
-    from bot.settings import SettingsError, load_settings
+    from bot.environment import SettingsError, environment, http_client_settings
 
     try:
-        settings = load_settings(env)
+        # A bot URL and token are all the hook needs: then it loads no other setting (nor
+        # pydantic-settings) and calls over http.client (no aiohttp): every gated tool call
+        # waits for this process.
+        light = http_client_settings(environment(env))
+        if light is not None:
+            make_client = _light_client(*light)
+        else:
+            from bot.settings import load_settings
+
+            settings = load_settings(env)
+            make_client = lambda: open_client(settings)  # noqa: E731
     except SettingsError as e:
         problems = "; ".join(e.problems)
         print(f"approval-bot hook: configuration error: {problems}", file=stderr)
         return deny(body.shape, f"Approval hook is misconfigured: {problems}")
     return asyncio.run(
-        _review(dialect, body.payload, timeout, on_timeout, settings, stderr, started, open_client)
+        _review(dialect, body.payload, timeout, on_timeout, stderr, started, make_client)
     )
+
+
+def _light_client(url: str, token: str) -> Callable[[], ApprovalClient]:
+    def make() -> ApprovalClient:
+        from approvals.client import ApprovalClient
+        from approvals.transports import StdlibHttpTransport
+
+        return ApprovalClient(StdlibHttpTransport(url, token))
+
+    return make
 
 
 async def _review(
@@ -149,10 +169,9 @@ async def _review(
     payload: dict[str, Any],
     timeout: float,  # noqa: ASYNC109 - the agent's hook timeout, a budget run_hook keeps to
     on_timeout: str,
-    settings: Any,
     stderr: TextIO,
     started: float,
-    open_client: OpenClient,
+    make_client: Callable[[], ApprovalClient],
 ) -> dict[str, Any] | None:
     from approvals.errors import AlreadyDecided
     from approvals.integrations.coding_agents import (
@@ -168,7 +187,7 @@ async def _review(
     named = payload.get("hook_event_name")
     shape: Any = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
     try:
-        client = open_client(settings)
+        client = make_client()
     except Exception as e:
         reason = getattr(e, "message", None) or failure_reason(e)
         print(f"approval-bot hook: {reason}", file=stderr)

@@ -1,7 +1,8 @@
 """Settings: every environment variable the project reads, validated in one place.
 
 Only start-up code calls `load_settings()` and passes plain values down; no
-other module reads `os.environ`.
+other module reads `os.environ` (`bot.environment` reads it and the env file for
+this one, and for the command hook's light path).
 
 Where the values come from:
 
@@ -20,7 +21,6 @@ echoed in an error, a repr or a log line (`hide_input_in_errors` too).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,11 +38,12 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from approvals.slack_ids import CHANNEL_LETTERS, REVIEWER_LETTERS, is_user_group
+from bot.environment import ENV_FILE_VARIABLE, SettingsError, environment
+
+__all__ = ["ENV_FILE_VARIABLE", "Settings", "SettingsError", "load_settings"]
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
-#: Names a dotenv file to read (optional; the environment wins over it).
-ENV_FILE_VARIABLE = "APPROVALS_ENV_FILE"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 _BOT_TOKEN = re.compile(r"xoxb-[A-Za-z0-9-]+")
@@ -67,14 +68,6 @@ _MESSAGES = {
     "bool_type": "must be true or false",
     "string_type": "must be text",
 }
-
-
-class SettingsError(Exception):
-    """The configuration is unusable; `problems`: one line per problem, naming its variable."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = tuple(problems)
-        super().__init__("\n".join(self.problems))
 
 
 class _SlackProblems(ValueError):
@@ -453,21 +446,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def _read_env_file(path: str) -> dict[str, str]:
-    from dotenv import dotenv_values  # python-dotenv, a dependency of pydantic-settings
-
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise SettingsError([f"{ENV_FILE_VARIABLE}: no such file: {file}"])
-    try:
-        values = dotenv_values(file)
-    except (OSError, UnicodeError) as e:  # the error's text may quote the file: not shown
-        raise SettingsError(
-            [f"{ENV_FILE_VARIABLE}: cannot read {file} ({type(e).__name__}; it must be UTF-8)"]
-        ) from None
-    return {k: v for k, v in values.items() if v is not None}
-
-
 def _problems(error: ValidationError, values: Mapping[str, str]) -> list[str]:
     lines: list[str] = []
     slack_checked = False
@@ -500,10 +478,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
     Raises `SettingsError` listing every problem, one line each, naming the variable.
     """
-    source = dict(os.environ if env is None else env)
-    env_file = (source.get(ENV_FILE_VARIABLE) or "").strip()
-    if env_file:
-        source = {**_read_env_file(env_file), **source}
+    source = environment(env)
     values = {
         name: value.strip()
         for name in VARIABLES

@@ -15,6 +15,7 @@ from approvals.errors import (
     AlreadyDecided,
     ApprovalError,
     ApprovalTimeout,
+    BotUnreachable,
     InvalidRequest,
     NotAllowed,
     NotFound,
@@ -30,6 +31,7 @@ from approvals.service import ApprovalService
 from approvals.transports import (
     HttpTransport,
     RedisTransport,
+    StdlibHttpTransport,
     error_from_response,
     request_body,
     transport_factory,
@@ -63,13 +65,15 @@ async def clients(ctx: BotContext, api_url: str) -> AsyncIterator[dict[str, Appr
     made = {
         "redis": redis_client(ctx),
         "http": ApprovalClient(HttpTransport(api_url, "test-token", poll_seconds=0.3)),
+        # the command hook's: http.client on a thread per call, no aiohttp
+        "stdlib": ApprovalClient(StdlibHttpTransport(api_url, "test-token", poll_seconds=0.3)),
     }
     yield made
     for client in made.values():
         await client.aclose()
 
 
-@pytest.fixture(params=["redis", "http"])
+@pytest.fixture(params=["redis", "http", "stdlib"])
 def client(request: pytest.FixtureRequest, clients: dict[str, ApprovalClient]) -> ApprovalClient:
     return clients[request.param]
 
@@ -133,7 +137,11 @@ async def test_both_transports_give_the_same_results(
 ) -> None:
     via_redis = await scenario(clients["redis"], ctx.service, "redis")
     via_http = await scenario(clients["http"], ctx.service, "http")
+    via_stdlib = await scenario(clients["stdlib"], ctx.service, "stdlib")
     assert [content(x) if isinstance(x, Approval) else x for x in via_http] == [
+        content(x) if isinstance(x, Approval) else x for x in via_redis
+    ]
+    assert [content(x) if isinstance(x, Approval) else x for x in via_stdlib] == [
         content(x) if isinstance(x, Approval) else x for x in via_redis
     ]
     approved, same_id, denied, policy_denied, pending, cancelled = via_http
@@ -188,13 +196,18 @@ async def test_long_poll_spans_several_polls_until_the_decision(
     assert decided.approved and decided.decided_by == "U0REVIEWER"
 
 
-async def test_http_errors_map_to_the_error_tree(api_url: str) -> None:
-    bad = ApprovalClient(HttpTransport(api_url, "wrong-token"))
+@pytest.mark.parametrize("kind", [HttpTransport, StdlibHttpTransport])
+async def test_http_errors_map_to_the_error_tree(api_url: str, kind: type[HttpTransport]) -> None:
+    bad = ApprovalClient(kind(api_url, "wrong-token"))
     with pytest.raises(NotAllowed, match="not valid"):
         await bad.get("apr_x")
     await bad.aclose()
-    gone = ApprovalClient(HttpTransport("http://127.0.0.1:1", "t"))
-    with pytest.raises(StoreUnavailable, match="unreachable"):
+    gone = ApprovalClient(kind("http://127.0.0.1:1", "t"))
+    with pytest.raises(
+        BotUnreachable,
+        match=r"^approval bot at http://127.0.0.1:1 is unreachable: cannot connect to "
+        r"127.0.0.1:1 \(Connection refused\)$",
+    ):
         await gone.request("x", {})
     await gone.aclose()
     assert "wrong-token" not in repr(bad.transport)

@@ -666,3 +666,36 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
     assert "ConnectionKey" not in reason and "Error(" not in reason, reason
     if problem == "no decision in time":
         assert await ctx.store.list_pending() == [], f"withdrawn: {err}"
+
+
+async def test_hook_over_http_loads_no_aiohttp_settings_redis_or_slack(
+    api_url: str, ctx: BotContext
+) -> None:
+    """The command hook runs once per gated tool call: with APPROVALS_URL and APPROVALS_TOKEN
+    it reads only those, and calls the bot over http.client (`StdlibHttpTransport`), so
+    neither aiohttp nor pydantic-settings, Redis or Slack are imported. Answered as usual."""
+    heavy = ("aiohttp", "pydantic_settings", "redis", "slack_sdk", "slack_bolt", "yaml")
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('loaded:' + ','.join(m for m in "
+        f"{heavy!r} if m in sys.modules), file=sys.stderr))\n"
+        "from bot.cli import main\n"
+        "sys.argv = ['approval-bot', 'hook', 'claude-code', '--timeout', '30']\n"
+        "sys.exit(main())\n"
+    )
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code,
+        env={**base, "APPROVALS_URL": api_url + "/", "APPROVALS_TOKEN": "test-token"},
+        cwd=REPO, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    talk = asyncio.create_task(proc.communicate(hook_input().encode()))
+    request = await decide_next(ctx.service, "Bash")
+    out, err = await asyncio.wait_for(talk, 60)
+    assert proc.returncode == 0
+    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert request.principal is not None, "asked through the API, as the token's principal"
+    assert err.decode().splitlines() == ["loaded:"], err.decode()
