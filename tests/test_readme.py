@@ -36,3 +36,35 @@ def test_every_approvals_import_in_the_readme_imports() -> None:
     assert len(lines) >= 3  # the Python section, OpenAI Agents, LangGraph
     for line in lines:
         exec(line, {})  # raises ImportError naming what is missing
+
+
+def section_text(title: str) -> str:
+    """A `##` section's text, up to the next `##` heading."""
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.DOTALL | re.MULTILINE)
+    assert found, f"no '## {title}' section in the README"
+    return found.group(1)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_inside_the_readme_point_at_its_headings() -> None:
+    """Issue 15: "see the known issue above" pointed at nothing. Every `(#anchor)` link names
+    a heading that is there, and nothing refers to a "known issue" section."""
+    headings = {anchor(h) for h in re.findall(r"^#{1,6} (.+)$", README, re.MULTILINE)}
+    links = set(re.findall(r"\]\(#([^)\s]+)\)", README))
+    assert links, "the README links its sections"
+    assert sorted(links - headings) == []
+    assert "known issue" not in README.lower()
+
+
+def test_one_benchmark_section_and_the_first_hour_facts() -> None:
+    """Issue 15: the benchmark section appeared twice with different figures; the README said an
+    invalid policy file stops `serve` with exit 1 (it is 2: tests/bot/test_serve_failures.py);
+    the warning about the test suite's Redis sat only under Development."""
+    headings = re.findall(r"^#{1,6} (.*benchmark.*)$", README, re.MULTILINE | re.IGNORECASE)
+    assert headings == ["Benchmarks"]
+    assert "An invalid file stops `serve` (exit 2)." in section_text("Policy")
+    assert "private throwaway server" in section_text("Quick start")

@@ -699,3 +699,17 @@ async def test_hook_over_http_loads_no_aiohttp_settings_redis_or_slack(
     assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
     assert request.principal is not None, "asked through the API, as the token's principal"
     assert err.decode().splitlines() == ["loaded:"], err.decode()
+
+
+async def test_request_allow_for_session_lets_the_reviewer_approve_the_session(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`request --allow-for-session` (issue 15: the flag was missing): the request offers the
+    reviewer "approve for the session"; without the flag it does not."""
+    for flag in (("--allow-for-session",), ()):
+        args = ("request", "--tool", f"deploy{len(flag)}", "--session-id", "s-7", "--wait", "0")
+        assert await cli(*args, *flag) == 2  # --wait 0: not decided in time
+        capsys.readouterr()
+    pending = await ctx.store.list_pending()
+    offered = {r.event.tool_name: r.config.allow_for_session for r in pending}
+    assert offered == {"deploy1": True, "deploy0": False}

@@ -337,3 +337,29 @@ async def test_a_signal_stops_serve_while_the_embedded_redis_starts(
     assert not (data / "redis" / embedded_redis.URL_FILE).exists()
     if phase == "starting":
         assert pids.exists(), "the start was under way"
+
+
+def test_an_invalid_policy_file_stops_serve_with_exit_2_and_every_problem(
+    clean_env: None,
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The README says an invalid policy file stops `serve` (exit 2), listing every problem
+    (field errors and route references together), with no traceback."""
+    bad = tmp_path / "policy.yaml"
+    bad.write_text(
+        "routes:\n  default: {channel: C0A, quorum: 0}\n"
+        "rules:\n  - {name: r, action: ask, route: nowhere, match: {tool: x}}\n"
+    )
+    monkeypatch.setenv("PORT", str(free_port()))
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("APPROVALS_PREFIX", f"policy-{free_port()}")
+    monkeypatch.setenv("APPROVALS_POLICY_FILE", str(bad))
+    assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "approval-bot: invalid policy file:" in err
+    assert f"{bad}: routes.default.quorum" in err
+    assert f"{bad}: rules[0].route: unknown route 'nowhere'" in err
