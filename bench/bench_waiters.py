@@ -518,7 +518,7 @@ def print_report(
             f"  note: pub/sub connections were cut during the run (waiters: {cuts or 'none'}; "
             f"floor: {floor['connection_lost']} cut, {floor['received']:,}/"
             f"{floor['messages']:,} received) — another client of this server killed them "
-            "(e.g. a test's CLIENT KILL TYPE pubsub); those latencies include the recovery. "
+            "(e.g. a CLIENT KILL TYPE pubsub); those latencies include the recovery. "
             "A private server (--embedded) has no other clients."
         )
 
