@@ -363,3 +363,36 @@ def test_an_invalid_policy_file_stops_serve_with_exit_2_and_every_problem(
     assert "approval-bot: invalid policy file:" in err
     assert f"{bad}: routes.default.quorum" in err
     assert f"{bad}: rules[0].route: unknown route 'nowhere'" in err
+
+
+async def test_socket_mode_failures_are_one_line_each_and_a_refused_app_token_one_error(
+    redis_url: str, keys: Keys, slack: SlackEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Socket Mode: a failing connect is retried, one plain line per attempt (no traceback,
+    none of slack_sdk's own retry narration); an app-level token Slack refuses is one error
+    line naming SLACK_APP_TOKEN, no retries, and /healthz says so."""
+    caplog.set_level(logging.INFO)
+    slack.server_error_next("apps.connections.open", 503, times=2)
+    flaky = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token="xapp-test"))
+    refused = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token="xapp-wrong"))
+    await flaky.start()
+    await refused.start()
+    try:
+        assert flaky.slack_link is not None
+        flaky.slack_link.first_pause = 0.1
+        await wait_for_log(caplog, "slack Socket Mode connection failed (attempt 2)")
+        await wait_for_log(caplog, "Slack refused the app-level token")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{refused.port}/healthz") as resp:
+                body = await resp.json()
+                assert resp.status == 503, body
+                assert body["slack"].startswith("error: Slack refused the app-level token")
+    finally:
+        await refused.stop()
+        await flaky.stop()
+    failed = [r for r in caplog.records if "Socket Mode connection failed" in r.getMessage()]
+    assert len(failed) >= 2 and all(r.exc_info is None for r in failed)
+    assert all("\n" not in r.getMessage() for r in failed)
+    errors = [r for r in caplog.records if "refused the app-level token" in r.getMessage()]
+    assert len(errors) == 1 and "SLACK_APP_TOKEN" in errors[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records if r.name.startswith("slack"))
