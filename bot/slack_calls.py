@@ -102,6 +102,7 @@ def _without_retries(client: Any) -> Any:
         timeout=client.timeout,
         session=client.session,
         retry_handlers=[],
+        logger=client.logger,
     )
 
 
