@@ -25,7 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import urlencode
@@ -80,8 +80,8 @@ from bot.cli import main
 sys.exit(main(["serve"]))
 """
 
-# The framework's own floor: a bare aiohttp server (the bot's aiohttp, no middleware, no
-# Redis) whose handler for the same route just awaits a future that is never set.
+# The framework's own floor: a bare aiohttp server (the bot's aiohttp and event loop, no
+# middleware, no Redis) whose handler for the same route awaits a future never set.
 BARE = """
 import asyncio, gc, signal, sys
 from aiohttp import web
@@ -101,7 +101,13 @@ async def main(port):
     await web.TCPSite(runner, '127.0.0.1', port).start()
     await asyncio.Event().wait()
 signal.signal(signal.SIGUSR1, lambda *a: gc.collect())
-asyncio.run(main(int(sys.argv[1])))
+from bot.cli import event_loop_factory  # the bot's event loop (uvloop when installed)
+factory = event_loop_factory()
+if factory is None:
+    asyncio.run(main(int(sys.argv[1])))
+else:
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main(int(sys.argv[1])))
 """
 
 
@@ -147,8 +153,13 @@ def _free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def bot_process(
-    url: str, keys: Keys, slack: SlackEmulator, profile_to: str | None = None
+    url: str,
+    keys: Keys,
+    slack: SlackEmulator,
+    profile_to: str | None = None,
+    cwd: str | None = None,
 ) -> AsyncIterator[BotProcess]:
+    """`approval-bot serve` (this checkout's code, or `cwd`'s: `-c` imports from there)."""
     port = _free_port()
     env = dict(os.environ)
     for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
@@ -166,7 +177,7 @@ async def bot_process(
         LOG_LEVEL="WARNING",
     )
     argv = [sys.executable, "-c", SERVE, *([profile_to] if profile_to else [])]
-    proc = subprocess.Popen(argv, env=env)  # noqa: ASYNC220
+    proc = subprocess.Popen(argv, env=env, cwd=cwd)  # noqa: ASYNC220
     bot = BotProcess(proc, f"http://127.0.0.1:{port}")
     try:
         async with aiohttp.ClientSession() as http:
@@ -379,13 +390,15 @@ async def wait_posted(slack: SlackEmulator, n: int, within: float) -> None:
 # -- phases -------------------------------------------------------------------------------------
 
 
-async def memory_phase(url: str, admin: Redis, n: int) -> dict[str, Any]:
+async def memory_phase(
+    url: str, admin: Redis, n: int, label: str = "this", cwd: str | None = None
+) -> dict[str, Any]:
     """A fresh bot; N requests created and posted; then N long-polls parked on them."""
     keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
     try:
         async with (
             SlackEmulator(channels={CHANNEL}) as slack,
-            bot_process(url, keys, slack) as bot,
+            bot_process(url, keys, slack, cwd=cwd) as bot,
             aiohttp.ClientSession() as http,
         ):
             bot.consumer = await serve_consumer(admin, _SEEN_BOTS)
@@ -413,6 +426,7 @@ async def memory_phase(url: str, admin: Redis, n: int) -> dict[str, Any]:
     finally:
         await delete_prefix(admin, keys)
     return {
+        "checkout": label,
         "parked": n,
         "parked_seen": parked,
         "parked_at_end": still,
@@ -472,82 +486,110 @@ async def bare_phase(n: int) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Side:
+    """One bot of the latency phase (this checkout's, or `--compare-with`'s) and its figures."""
+
+    label: str
+    bot: BotProcess
+    agents: Agents
+    store: ApprovalStore
+    background: list[str]
+    samples: list[str]
+    click_ms: list[float] = field(default_factory=list)
+    cas_ms: list[float] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
 async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dict[str, Any]:
     """`--background` long-polls parked throughout; each sample parks one more long-poll, then
     decides its request: even samples by a signed Approve click through slack-bolt, odd ones by
-    the store's compare-and-set from this process (what `approval-bot approve` does)."""
-    keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
-    store = ApprovalStore(admin, keys)
-    click_ms: list[float] = []
-    cas_ms: list[float] = []
-    wrong: list[str] = []
-    try:
-        async with (
-            SlackEmulator(channels={CHANNEL}) as slack,
-            bot_process(url, keys, slack, args.profile_bot) as bot,
-            aiohttp.ClientSession() as http,
-        ):
+    the store's compare-and-set from this process (what `approval-bot approve` does). With
+    `--compare-with DIR` a second bot runs DIR's code beside this one, and the samples
+    alternate between the two, so both see the same machine load."""
+    checkouts: list[tuple[str, str | None]] = [("this", None)]
+    if args.compare_with:
+        checkouts.append(("other", args.compare_with))
+    total = args.background + args.samples
+    async with contextlib.AsyncExitStack() as stack:
+        slack = await stack.enter_async_context(SlackEmulator(channels={CHANNEL}))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        reviewer = Reviewer(REVIEWER, slack, http)
+        sides: list[Side] = []
+        for label, cwd in checkouts:
+            keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
+            stack.push_async_callback(delete_prefix, admin, keys)
+            profile = args.profile_bot if label == "this" else None
+            bot = await stack.enter_async_context(bot_process(url, keys, slack, profile, cwd))
             agents = Agents(bot.base)
-            reviewer = Reviewer(REVIEWER, slack, http)
-            try:
-                total = args.background + args.samples
-                request_ids = await agents.ask("create", total, keys.prefix, within=600)
-                await wait_posted(slack, total, 600)
-                posts = {
-                    _request_id(c.body): c
-                    for c in slack.calls
-                    if c.method == "chat.postMessage" and c.ok
-                }
-                background, samples = request_ids[: args.background], request_ids[args.background :]
-                await agents.ask("park", background)
-                await wait_parked(http, bot, len(background), within=30)
-                if args.profile_bot:
-                    bot.proc.send_signal(signal.SIGUSR2)
-                start = time.perf_counter()
-                for k, rid in enumerate(samples):
-                    await pace(start, k, args.rate)
-                    woke = agents.watch(rid)
-                    await agents.ask("park", [rid])
-                    parked = await wait_parked(http, bot, len(background) + 1, 5, every=0.005)
-                    if parked < len(background) + 1:
-                        wrong.append(f"{rid}: not parked ({parked})")
-                    if k % 2 == 0:
-                        post = posts[rid]
-                        assert post.response is not None
-                        payload = reviewer.click_payload(
-                            post.response["message"], str(post.response["channel"]), ids.APPROVE
-                        )
-                        form = urlencode({"payload": json.dumps(payload)})
-                        headers = sign(form)
-                        sent = time.time()
-                        async with http.post(
-                            f"{bot.base}/slack/events", data=form, headers=headers
-                        ) as resp:
-                            await resp.read()
-                    else:
-                        sent = time.time()
-                        await store.resolve(rid, Decision.approve(by=REVIEWER))
-                    await asyncio.wait_for(woke.wait(), 20)
-                    at, status = agents.woke[rid]
-                    if status != "approved":
-                        wrong.append(f"{rid}: {status}")
-                    (click_ms if k % 2 == 0 else cas_ms).append(at - sent)
-                if args.profile_bot:
-                    bot.proc.send_signal(signal.SIGUSR2)
-                    await asyncio.sleep(1)
-                errors, retried = await agents.ask("release")
-            finally:
-                await agents.close()
-    finally:
-        await delete_prefix(admin, keys)
-    return {
-        "background": args.background,
-        "click": summarize_ms(click_ms),
-        "cas": summarize_ms(cas_ms),
-        "wrong": wrong[:5],
-        "errors": errors[:5],
-        "retried_503": retried,
-    }
+            stack.push_async_callback(agents.close)
+            request_ids = await agents.ask("create", total, keys.prefix, within=600)
+            await wait_posted(slack, total * (len(sides) + 1), 600)
+            background, samples = request_ids[: args.background], request_ids[args.background :]
+            await agents.ask("park", background)
+            await wait_parked(http, bot, len(background), within=30)
+            sides.append(Side(label, bot, agents, ApprovalStore(admin, keys), background, samples))
+        posts = {
+            _request_id(c.body): c for c in slack.calls if c.method == "chat.postMessage" and c.ok
+        }
+        if args.profile_bot:
+            sides[0].bot.proc.send_signal(signal.SIGUSR2)
+        start = time.perf_counter()
+        for k in range(args.samples):
+            await pace(start, k, args.rate)
+            for side in sides if (k // 2) % 2 == 0 else sides[::-1]:
+                await one_sample(side, k, posts, http, reviewer)
+        if args.profile_bot:
+            sides[0].bot.proc.send_signal(signal.SIGUSR2)
+            await asyncio.sleep(1)
+        out: dict[str, Any] = {"background": args.background, "checkouts": {}}
+        for side in sides:
+            errors, retried = await side.agents.ask("release")
+            out["checkouts"][side.label] = {
+                "dir": args.compare_with if side.label == "other" else os.getcwd(),
+                "click": summarize_ms(side.click_ms),
+                "cas": summarize_ms(side.cas_ms),
+                "wrong": side.wrong[:5],
+                "errors": errors[:5],
+                "retried_503": retried,
+            }
+    return out
+
+
+async def one_sample(
+    side: Side,
+    k: int,
+    posts: dict[str | None, Any],
+    http: aiohttp.ClientSession,
+    reviewer: Reviewer,
+) -> None:
+    """Park a long-poll on sample k's request, wait until the bot says so, decide it (a click
+    for even k, the store's CAS for odd k) and note decision → returned."""
+    rid, bot = side.samples[k], side.bot
+    woke = side.agents.watch(rid)
+    await side.agents.ask("park", [rid])
+    parked = await wait_parked(http, bot, len(side.background) + 1, 5, every=0.005)
+    if parked < len(side.background) + 1:
+        side.wrong.append(f"{rid}: not parked ({parked})")
+    if k % 2 == 0:
+        post = posts[rid]
+        assert post.response is not None
+        payload = reviewer.click_payload(
+            post.response["message"], str(post.response["channel"]), ids.APPROVE
+        )
+        form = urlencode({"payload": json.dumps(payload)})
+        headers = sign(form)
+        sent = time.time()
+        async with http.post(f"{bot.base}/slack/events", data=form, headers=headers) as resp:
+            await resp.read()
+    else:
+        sent = time.time()
+        await side.store.resolve(rid, Decision.approve(by=REVIEWER))
+    await asyncio.wait_for(woke.wait(), 20)
+    at, status = side.agents.woke[rid]
+    if status != "approved":
+        side.wrong.append(f"{rid}: {status}")
+    (side.click_ms if k % 2 == 0 else side.cas_ms).append(at - sent)
 
 
 def _request_id(body: dict[str, Any]) -> str | None:
@@ -570,16 +612,17 @@ def judge(r: dict[str, Any]) -> dict[str, Any]:
         }
     conns = {m["parked"]: m["redis_connections"]["parked"] for m in r["memory"]}
     before = {m["parked"]: m["redis_connections"]["before"] for m in r["memory"]}
-    out["redis_connections_constant"] = {
-        "parked": conns,
-        "result": verdict(
-            all(conns[k] == before[k] for k in conns)
-            and len({json.dumps(c, sort_keys=True) for c in conns.values()}) == 1
-        ),
-    }
+    if conns:
+        out["redis_connections_constant"] = {
+            "parked": conns,
+            "result": verdict(
+                all(conns[k] == before[k] for k in conns)
+                and len({json.dumps(c, sort_keys=True) for c in conns.values()}) == 1
+            ),
+        }
     if r.get("latency"):
         floor = r["floor"]["from_call"]
-        lat = r["latency"]
+        lat = r["latency"]["checkouts"]["this"]
         for kind in ("cas", "click"):
             p99 = lat[kind]["p99_ms"]
             out[f"{kind}_p99_vs_floor"] = {
@@ -602,11 +645,11 @@ def print_report(r: dict[str, Any]) -> None:
         f"long-poll (GET /v1/approvals/{{id}}?wait={WAIT}) on its own socket."
     )
     rows = []
-    for m in r["memory"]:
+    for m in sorted([*r["memory"], *r.get("memory_other", [])], key=lambda m: m["parked"]):
         c0, c1 = m["redis_connections"]["before"], m["redis_connections"]["parked"]
         rows.append(
             [
-                m["parked"],
+                f"{m['parked']:,}" + (" (other)" if m["checkout"] == "other" else ""),
                 m["parked_seen"],
                 m["rss_before_kib"],
                 m["rss_parked_kib"],
@@ -631,49 +674,53 @@ def print_report(r: dict[str, Any]) -> None:
                 None,
             ]
         )
-    print("\nparked long-polls (bot process)")
-    print(
-        table(
-            [
-                "N",
-                "parked seen",
-                "RSS before",
-                "RSS parked",
-                "KiB/long-poll",
-                "fds",
-                "Redis conns bot+waiter",
-                "park s",
-                "load",
-            ],
-            rows,
+    if rows:
+        print("\nparked long-polls (bot process)")
+        print(
+            table(
+                [
+                    "N",
+                    "parked seen",
+                    "RSS before",
+                    "RSS parked",
+                    "KiB/long-poll",
+                    "fds",
+                    "Redis conns bot+waiter",
+                    "park s",
+                    "load",
+                ],
+                rows,
+            )
         )
-    )
     if r.get("latency"):
         lat, floor = r["latency"], r["floor"]
         print(f"\nlatency, ms, with {lat['background']} other long-polls parked")
-        print(
-            table(
-                ["path", "n", "p50", "p99", "max"],
-                [
-                    ["bare PUBLISH → subscriber (floor)", floor["from_call"]["n"]]
-                    + [floor["from_call"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
-                    ["store CAS (resolve) → long-poll returned", lat["cas"]["n"]]
-                    + [lat["cas"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
-                    ["signed click POST → long-poll returned", lat["click"]["n"]]
-                    + [lat["click"][k] for k in ("p50_ms", "p99_ms", "max_ms")],
-                ],
-            )
-        )
+        rows = [
+            ["bare PUBLISH → subscriber (floor)", "", floor["from_call"]["n"]]
+            + [floor["from_call"][k] for k in ("p50_ms", "p99_ms", "max_ms")]
+        ]
+        for label, side in lat["checkouts"].items():
+            for kind, path in (
+                ("cas", "store CAS (resolve) → long-poll returned"),
+                ("click", "signed click POST → long-poll returned"),
+            ):
+                f = side[kind]
+                rows.append([path, label, f["n"], f["p50_ms"], f["p99_ms"], f["max_ms"]])
+        print(table(["path", "bot", "n", "p50", "p99", "max"], rows))
+        if "other" in lat["checkouts"]:
+            print(f"  other = {lat['checkouts']['other']['dir']}; samples alternate between bots")
+
     print("\ntargets (issue 13)")
     for name, v in r["targets"].items():
         figures = {k: x for k, x in v.items() if k != "result"}
         print(f"  {name}: {json.dumps(figures)}  {v['result']}")
-    for m in r["memory"]:
+    for m in [*r["memory"], *r.get("memory_other", [])]:
         for e in m["errors"]:
             print(f"  error at {m['parked']}: {e}")
     if r.get("latency"):
-        for e in r["latency"]["wrong"] + r["latency"]["errors"]:
-            print(f"  error in the latency phase: {e}")
+        for label, side in r["latency"]["checkouts"].items():
+            for e in side["wrong"] + side["errors"]:
+                print(f"  error in the latency phase ({label}): {e}")
 
 
 async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
@@ -699,6 +746,10 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for n in args.sizes:
             print(f"# {n:,} parked long-polls", flush=True)
             result["memory"].append(await memory_phase(url, admin, n))
+            if args.compare_with:
+                print(f"# {n:,} parked long-polls, {args.compare_with}", flush=True)
+                other = await memory_phase(url, admin, n, "other", args.compare_with)
+                result.setdefault("memory_other", []).append(other)
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         return result
     finally:
@@ -713,6 +764,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=20.0, help="decisions per second (default 20)")
     p.add_argument("--floor-messages", type=int, default=2000)
     p.add_argument("--floor-rate", type=float, default=1000.0)
+    p.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="another checkout (e.g. main's, from `git worktree add` or `git archive`): its bot "
+        "runs beside this one, latency samples alternate between them, memory runs for both",
+    )
     p.add_argument(
         "--profile-bot",
         metavar="FILE",

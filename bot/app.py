@@ -166,6 +166,9 @@ class Bot:
         directory = Directory(slack, redis, keys)
         service = ApprovalService(store, self.policy, membership=directory.members)
         waiter = Waiter(waiter_redis, keys)
+        # A decision made here (a click, the sweeper, a cancel) wakes this process's waiters
+        # from the compare-and-set's own result: no pub/sub hop, no re-read.
+        store.on_decided(waiter.deliver)
         await waiter.start()
         self.ctx = BotContext(
             redis=redis,

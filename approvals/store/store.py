@@ -206,6 +206,15 @@ class ApprovalStore:
             name: redis.register_script(load_script_source(name)) for name in SCRIPT_NAMES
         }
         self._shared_ttl_at = float("-inf")
+        self._decided_hooks: list[Callable[[ApprovalRequest], None]] = []
+
+    def on_decided(self, hook: Callable[[ApprovalRequest], None]) -> None:
+        """Call `hook(request)` whenever `resolve()` on this store wins, with the request as
+        the compare-and-set's own script left it (read from Redis by the script that committed
+        it, so as true as a read). The bot's `Waiter` settles the callers waiting in this
+        process at once, without the pub/sub hop and the re-read. A hook that raises is
+        logged; the decision stands."""
+        self._decided_hooks.append(hook)
 
     def _refresh_shared_ttl(self, *, consume: bool = True) -> str:
         """'1' when this call's script should (re)set the TTLs of the shared streams (outbox,
@@ -479,6 +488,11 @@ class ApprovalStore:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = self._from_hash(self._row(result[-1]))
         if code == 1:
+            for hook in self._decided_hooks:
+                try:
+                    hook(request)
+                except Exception:
+                    log.exception("decided hook failed id=%s", request_id)
             log.info(
                 "request decided id=%s status=%s by=%s via=%s route=%s principal=%s",
                 request_id,

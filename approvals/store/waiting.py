@@ -210,6 +210,14 @@ class Waiter:
         if not fut.done():
             fut.cancel()
 
+    def deliver(self, request: ApprovalRequest) -> None:
+        """A decision this process just made (`ApprovalStore.on_decided`: the request as the
+        compare-and-set's script left it): settle the callers waiting on it now. The message
+        still comes and is ignored when nobody waits any more; a decision made elsewhere takes
+        the usual way (message, then a read)."""
+        if not request.is_pending and request.id in self._futures:
+            self._settle(request.id, result=request)
+
     def interrupt(self, error: Callable[[], Exception]) -> int:
         """Fail every `interruptible` wait, now and from now on, with `error()` (the bot's
         shutdown answers parked long-polls this way); returns how many were waiting."""

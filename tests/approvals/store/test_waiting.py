@@ -4,6 +4,7 @@ under concurrency, transient store errors and the periodic re-read."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 import pytest
 from redis.asyncio import Redis
@@ -369,3 +370,44 @@ async def test_stop_ends_the_waiter_when_a_read_loses_its_cancellation(
     assert all(t.done() for t in tasks)
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+class NoReads(ApprovalStore):
+    """A store the Waiter cannot read through: only `deliver` can settle its waits."""
+
+    async def get_many(self, request_ids: Iterable[str]) -> dict[str, ApprovalRequest]:
+        raise AssertionError("the Waiter read the request")
+
+    async def status_many(self, request_ids: Iterable[str]) -> dict[str, str | None]:
+        raise AssertionError("the Waiter read the status")
+
+
+async def test_a_decision_made_in_this_process_wakes_its_waiters_from_the_cas_result(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """`on_decided`: the compare-and-set's own result settles the local waiters (no message
+    and no re-read needed); a hook that raises does not undo or fail the decision."""
+    rid, other = await new_pending(store, 2)
+    waiter = Waiter(redis, keys, store=NoReads(redis, keys))
+    await waiter.start()
+    try:
+
+        def broken(request: ApprovalRequest) -> None:
+            raise RuntimeError("a broken hook")
+
+        store.on_decided(broken)
+        store.on_decided(waiter.deliver)
+        mine = waiter.watch(rid, 30)
+        theirs = waiter.watch(other, 30)
+        result = await store.resolve(rid, Decision.approve(by="U1", input="go"))
+        assert result.won and result.request.status == "approved"
+        got = await asyncio.wait_for(mine.future, 10)
+        assert got.id == rid and got.decision is not None and got.decision.input == "go"
+        assert not theirs.future.done()
+        lost = await store.resolve(rid, Decision.deny("late", by="U2"))
+        assert not lost.won  # a loser delivers nothing
+        for w in (mine, theirs):
+            waiter.unwatch(w)
+        assert waiter.waiting == 0
+    finally:
+        await waiter.stop()
