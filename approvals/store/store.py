@@ -209,11 +209,11 @@ class ApprovalStore:
         self._decided_hooks: list[Callable[[ApprovalRequest], None]] = []
 
     def on_decided(self, hook: Callable[[ApprovalRequest], None]) -> None:
-        """Call `hook(request)` whenever `resolve()` on this store wins, with the request as
-        the compare-and-set's own script left it (read from Redis by the script that committed
-        it, so as true as a read). The bot's `Waiter` settles the callers waiting in this
-        process at once, without the pub/sub hop and the re-read. A hook that raises is
-        logged; the decision stands."""
+        """Call `hook(request)` whenever `resolve()` on this store wins, or a `vote()` or
+        `propose()` decides the request, with the request as the deciding script left it
+        (read from Redis by the script that committed it, so as true as a read). The bot's
+        `Waiter` settles the callers waiting in this process at once, without the pub/sub
+        hop and the re-read. A hook that raises is logged; the decision stands."""
         self._decided_hooks.append(hook)
 
     def _refresh_shared_ttl(self, *, consume: bool = True) -> str:
@@ -488,11 +488,7 @@ class ApprovalStore:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = self._from_hash(self._row(result[-1]))
         if code == 1:
-            for hook in self._decided_hooks:
-                try:
-                    hook(request)
-                except Exception:
-                    log.exception("decided hook failed id=%s", request_id)
+            self._decided(request)
             log.info(
                 "request decided id=%s status=%s by=%s via=%s route=%s principal=%s",
                 request_id,
@@ -598,8 +594,18 @@ class ApprovalStore:
             4: "moved",
             5: "stale",
         }
+        if code == 1 and not request.is_pending:
+            self._decided(request)
         approvals = sum(1 for v in request.votes if v.outcome == "approve")
         return VoteResult(kinds[code], request, approvals)
+
+    def _decided(self, request: ApprovalRequest) -> None:
+        """Run the `on_decided` hooks (a hook that raises is logged, the decision stands)."""
+        for hook in self._decided_hooks:
+            try:
+                hook(request)
+            except Exception:
+                log.exception("decided hook failed id=%s", request.id)
 
     @_guard
     async def propose(

@@ -411,3 +411,27 @@ async def test_a_decision_made_in_this_process_wakes_its_waiters_from_the_cas_re
         assert waiter.waiting == 0
     finally:
         await waiter.stop()
+
+
+async def test_a_deciding_vote_made_in_this_process_wakes_its_waiters_too(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """A Slack click is a vote (`ApprovalStore.vote`): the one that decides wakes the local
+    waiters from the script's result; a vote that only records does not."""
+    created = await store.create(ApprovalRequest(event=ApprovalEvent(tool_name="deploy"), quorum=2))
+    rid = created.request.id
+    waiter = Waiter(redis, keys, store=NoReads(redis, keys))
+    await waiter.start()
+    try:
+        store.on_decided(waiter.deliver)
+        watch = waiter.watch(rid, 30)
+        first = await store.vote(rid, "U1", "approve")
+        assert first.status == "recorded"
+        assert not watch.future.done()
+        second = await store.vote(rid, "U2", "approve")
+        assert second.status == "decided"
+        got = await asyncio.wait_for(watch.future, 10)
+        assert got.status == "approved" and {v.user for v in got.votes} == {"U1", "U2"}
+        waiter.unwatch(watch)
+    finally:
+        await waiter.stop()
