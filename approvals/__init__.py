@@ -53,7 +53,8 @@ if TYPE_CHECKING:
         run_hook,
     )
     from approvals.integrations.bot_review import SlackApprovalHook
-    from approvals.integrations.coding_agents import answer_hook, time_budget
+    from approvals.integrations.coding_agents import answer_hook
+    from approvals.integrations.hook_input import time_budget
     from approvals.models import (
         ApprovalConfig,
         ApprovalEvent,
@@ -99,7 +100,7 @@ _SOURCES: dict[str, str] = {
     "run_hook": "approvals.hooks",
     "SlackApprovalHook": "approvals.integrations.bot_review",
     "answer_hook": "approvals.integrations.coding_agents",
-    "time_budget": "approvals.integrations.coding_agents",
+    "time_budget": "approvals.integrations.hook_input",
     "ApprovalConfig": "approvals.models",
     "ApprovalEvent": "approvals.models",
     "ApprovalRequest": "approvals.models",

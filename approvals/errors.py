@@ -20,6 +20,9 @@ API answers with it and the HTTP client reads it back.
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from typing import Any
 
 
@@ -128,3 +131,28 @@ def http_status(error: ApprovalError) -> int:
 def error_class(code: str, status: int) -> type[ApprovalError]:
     """The error an HTTP error answer stands for: by its `code`, else by its status."""
     return _BY_CODE.get(code) or _BY_STATUS.get(status, ApprovalError)
+
+
+def plain(error: BaseException, where: str = "") -> str:
+    """Why an HTTP call failed, in plain words (no reprs): `cannot connect to HOST:PORT
+    (Connection refused)`, `no answer within the time allowed`, … (`where`: the HOST:PORT
+    called, for errors that do not say it themselves)."""
+    aiohttp = sys.modules.get("aiohttp")  # only its own errors are aiohttp's
+    if aiohttp is not None and isinstance(error, aiohttp.ClientConnectorError):
+        where, error = f"{error.host}:{error.port}", error.os_error
+    if isinstance(error, TimeoutError):
+        return "no answer within the time allowed"
+    if isinstance(error, OSError) and where:
+        number = error.errno
+        if number and number > 0 and not isinstance(error, socket.gaierror):
+            reason = os.strerror(number)  # asyncio's own text repeats the address as a tuple
+        else:
+            reason = error.strerror or str(error) or "no connection"
+        return f"cannot connect to {where} ({reason})"
+    if aiohttp is not None and isinstance(error, aiohttp.ServerDisconnectedError):
+        return "the connection was closed before an answer came"
+    client = sys.modules.get("http.client")
+    if client is not None and isinstance(error, client.RemoteDisconnected):
+        return "the connection was closed before an answer came"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__

@@ -16,8 +16,6 @@ import io
 import json
 import logging
 import os
-import socket
-import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -35,6 +33,7 @@ from approvals.errors import (
     InvalidRequest,
     StoreUnavailable,
     error_class,
+    plain,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent
 
@@ -194,30 +193,6 @@ class RedisTransport(ServiceTransport):
         await self.waiter.stop()
         if self._owns_redis:
             await self.redis.aclose()
-
-
-def plain(error: BaseException, where: str = "") -> str:
-    """Why an HTTP call failed, in plain words (no reprs): `cannot connect to HOST:PORT
-    (Connection refused)`, `no answer within the time allowed`, … (`where`: the HOST:PORT
-    called, for errors that do not say it themselves)."""
-    aiohttp = sys.modules.get("aiohttp")  # only its own errors are aiohttp's
-    if aiohttp is not None and isinstance(error, aiohttp.ClientConnectorError):
-        where, error = f"{error.host}:{error.port}", error.os_error
-    if isinstance(error, TimeoutError):
-        return "no answer within the time allowed"
-    if isinstance(error, OSError) and where:
-        number = error.errno
-        if number and number > 0 and not isinstance(error, socket.gaierror):
-            reason = os.strerror(number)  # asyncio's own text repeats the address as a tuple
-        else:
-            reason = error.strerror or str(error) or "no connection"
-        return f"cannot connect to {where} ({reason})"
-    if aiohttp is not None and isinstance(error, aiohttp.ServerDisconnectedError):
-        return "the connection was closed before an answer came"
-    if isinstance(error, http.client.RemoteDisconnected):
-        return "the connection was closed before an answer came"
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
 def error_from_response(status: int, body: Any, fallback: str) -> ApprovalError:

@@ -11,7 +11,6 @@ Problems are also told on stderr, in one line, never as a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -19,13 +18,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
+# Light imports only (no pydantic, no asyncio): with a bot URL, a Claude Code hook call is
+# answered without them (`forward`); every gated tool call waits for this process.
 from approvals.integrations.hook_input import (
+    DEFAULT_HOOK_TIMEOUT,
     MAX_HOOK_BODY_BYTES,
+    MIN_HOOK_TIMEOUT_SECONDS,
+    UNREACHABLE_REASON,
     HookBody,
     clamp_timeout,
     deny,
     read_hook_body,
+    time_budget,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +142,8 @@ def answer(
         # pydantic-settings) and calls over http.client (no aiohttp): every gated tool call
         # waits for this process.
         light = http_client_settings(environment(env))
+        if light is not None and dialect == "claude-code":
+            return forward(*light, body, timeout, on_timeout, stderr, started)
         if light is not None:
             make_client = _light_client(*light)
         else:
@@ -149,9 +155,82 @@ def answer(
         problems = "; ".join(e.problems)
         print(f"approval-bot hook: configuration error: {problems}", file=stderr)
         return deny(body.shape, f"Approval hook is misconfigured: {problems}")
+    import asyncio
+
     return asyncio.run(
         _review(dialect, body.payload, timeout, on_timeout, stderr, started, make_client)
     )
+
+
+#: The header in which the bot's hook endpoint names a problem (`bot.hook_endpoint`).
+PROBLEM_HEADER = "X-Approval-Problem"
+
+
+def forward(
+    url: str,
+    token: str,
+    body: HookBody,
+    timeout: float,
+    on_timeout: str,
+    stderr: TextIO,
+    started: float,
+) -> dict[str, Any] | None:
+    """A Claude Code hook call through the bot's own hook endpoint (`POST /hooks/claude-code`,
+    `bot.hook_endpoint`): the bot reviews it exactly as Claude Code's `http` hook — submit,
+    wait, withdraw on timeout, every failure a deny — and this process only passes the JSON
+    on, with the hook's time left (counted from this process's spawn). Nothing here needs
+    pydantic or asyncio. When the bot cannot be reached, answers other than 200 with a JSON
+    object, or does not answer within the budget, the call is denied here."""
+    import http.client
+    from urllib.parse import urlencode, urlsplit
+
+    from approvals.errors import plain
+
+    shape = body.shape
+    elapsed = max(0.0, time.monotonic() - started)
+    budget = max(time_budget(timeout) - elapsed, 0.05)  # answer before the agent gives up
+    left = max(timeout - elapsed, MIN_HOOK_TIMEOUT_SECONDS)  # the bot keeps its own margin
+    parts = urlsplit(url)
+    query = urlencode({"timeout": f"{left:.3f}", "on_timeout": on_timeout})
+    payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        connection = http.client.HTTPSConnection(parts.netloc, timeout=budget)
+    else:
+        connection = http.client.HTTPConnection(parts.netloc, timeout=budget)
+
+    def report(line: str) -> None:
+        print(f"approval-bot hook: {line}", file=stderr)
+
+    try:
+        connection.request(
+            "POST",
+            f"{parts.path}/hooks/claude-code?{query}",
+            body=payload,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        status, text = response.status, response.read()
+        problem = response.getheader(PROBLEM_HEADER)
+    except TimeoutError:
+        report(f"no answer from the approval bot at {url} within {budget:.1f} s; denied")
+        return deny(shape, f"No approval decision within {budget:.1f} s; denied by default.")
+    except (OSError, http.client.HTTPException) as e:
+        where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        report(f"approval bot at {url} is unreachable: {plain(e, where)}; denied")
+        return deny(shape, f"Approval service error: {UNREACHABLE_REASON}")
+    finally:
+        connection.close()
+    try:
+        output = json.loads(text) if status == 200 else None
+    except ValueError:
+        output = None
+    if not isinstance(output, dict):
+        report(f"the approval bot at {url} answered HTTP {status} without a decision; denied")
+        return deny(shape, f"Approval service error: unexpected answer (HTTP {status})")
+    if problem:
+        report(problem)
+    return output or None  # {}: an event the bot does not gate
 
 
 def _light_client(url: str, token: str) -> Callable[[], ApprovalClient]:

@@ -69,32 +69,44 @@ class ClaudeCodeHook:
 
     async def handle(self, request: web.Request) -> web.Response:
         shape: Any = "PreToolUse"
+        problems: list[str] = []  # each in one plain line, for `PROBLEM_HEADER`
         try:
             body = await read_body(request)
             shape = body.shape
-            output = await unless_draining(self.ctx.draining, self.answer(request, body))
+            output = await unless_draining(
+                self.ctx.draining, self.answer(request, body, problems.append)
+            )
         except Drained:
             output = deny(shape, HOOK_DENY)  # fail closed: the agent reads why
+            problems.append("the approval bot is restarting; denied")
         except asyncio.CancelledError:
             raise  # the client went away: nobody to answer
         except Exception:
             log.exception("hook endpoint failed")
             output = deny(shape, "Approval service error: internal error (see the bot's log)")
+            problems.append("internal error in the approval bot (see its log); denied")
         self.ctx.metrics.hook_calls.labels(decision=_decision(output)).inc()
-        return web.json_response(output)
+        response = web.json_response(output)
+        if problems:
+            response.headers[PROBLEM_HEADER] = header_text("; ".join(problems))
+        return response
 
-    async def answer(self, request: web.Request, body: HookBody) -> dict[str, Any]:
+    async def answer(
+        self, request: web.Request, body: HookBody, report: Callable[[str], None]
+    ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         started = loop.time()
         if body.ungated:
             return {}  # not ours to decide: no decision
         if body.problem is not None or body.payload is None:
             log.info("hook input refused problem=%s", body.problem)
+            report(f"{body.problem}; denied")
             return deny(body.shape, f"Approval service error: {body.problem}")
         try:
             principal = self.principals().authenticate(request.headers.get("Authorization"))
         except AuthProblem as e:
             log.info("hook refused code=%s", e.code)
+            report(f"{e.message}; denied")
             return deny(body.shape, f"Approval service refused the hook: {e.message}")
         hook_timeout = clamp_timeout(request.query.get("timeout"), default=DEFAULT_HOOK_TIMEOUT)
         asked = request.query.get("on_timeout")
@@ -135,8 +147,20 @@ class ClaudeCodeHook:
                 timeout=max(budget, 0.05),
                 on_timeout=on_timeout,
                 cancel=cancel,
+                report=report,
             )
         return output or {}
+
+
+#: Response header naming what went wrong, in one plain line (`approval-bot hook` prints it on
+#: stderr; Claude Code ignores it): a refused token, bad input, no decision in time, ….
+PROBLEM_HEADER = "X-Approval-Problem"
+
+
+def header_text(text: str, limit: int = 1000) -> str:
+    """`text` as a safe header value: one line, ASCII (others escaped), at most `limit`."""
+    one_line = " ".join(text.split())
+    return one_line.encode("ascii", "backslashreplace").decode("ascii")[:limit]
 
 
 def _decision(output: dict[str, Any]) -> str:

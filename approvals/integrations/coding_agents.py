@@ -49,6 +49,12 @@ from approvals.errors import (
     StoreUnavailable,
 )
 from approvals.grants import command_prefix
+
+# The timing rules live with the hook input (no pydantic there: the command hook's light path).
+from approvals.integrations.hook_input import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
+from approvals.integrations.hook_input import MAX_MARGIN_SECONDS as MAX_MARGIN_SECONDS
+from approvals.integrations.hook_input import UNREACHABLE_REASON
+from approvals.integrations.hook_input import time_budget as time_budget
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
 
@@ -62,14 +68,6 @@ ON_TIMEOUT: tuple[OnTimeout, ...] = ("deny", "ask", "defer")
 DIALECTS: tuple[Dialect, ...] = ("claude-code", "codex")
 #: Claude Code tools whose `tool_input` names the file they change.
 CLAUDE_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
-#: The agent's hook timeout assumed when the caller does not give one (`approval-bot hook
-#: --timeout`, `POST /hooks/…?timeout=`), in seconds: Claude Code's (and Codex's) own
-#: default, so a hook configured without a timeout waits as long as the agent does. It must
-#: never exceed the hook `timeout` it is installed with (`approval-bot setup` always writes
-#: both; `bot.setup.bot_wait`).
-DEFAULT_HOOK_TIMEOUT = 600.0
-#: Longest safety margin kept before the hook's own timeout, in seconds.
-MAX_MARGIN_SECONDS = 2.0
 
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.MULTILINE)
 
@@ -506,7 +504,7 @@ def failure_reason(error: BaseException) -> str:
     """What an agent is told when a review failed: the problem, never internals (addresses,
     tracebacks, exception types)."""
     if isinstance(error, BotUnreachable):
-        return "the approval bot could not be reached (is it running? check APPROVALS_URL)"
+        return UNREACHABLE_REASON
     if isinstance(error, StoreUnavailable):
         return "the approval store is unavailable; try again"
     if isinstance(error, ApprovalError):
@@ -514,13 +512,6 @@ def failure_reason(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return "the approval service did not answer in time"
     return "internal error in the approval service (see the bot's log)"
-
-
-def time_budget(hook_timeout: float) -> float:
-    """How long to wait for a decision so the hook answers before the agent's `hook_timeout`
-    (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
-    margin = min(MAX_MARGIN_SECONDS, hook_timeout * 0.2)
-    return max(0.05, hook_timeout - margin)
 
 
 # -- the runner -----------------------------------------------------------------------------

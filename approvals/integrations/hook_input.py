@@ -29,7 +29,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
+#: The agent's hook timeout assumed when the caller does not give one (`approval-bot hook
+#: --timeout`, `POST /hooks/…?timeout=`), in seconds: Claude Code's (and Codex's) own
+#: default, so a hook configured without a timeout waits as long as the agent does. It must
+#: never exceed the hook `timeout` it is installed with (`approval-bot setup` always writes
+#: both; `bot.setup.bot_wait`).
+DEFAULT_HOOK_TIMEOUT = 600.0
+#: Longest safety margin kept before the hook's own timeout, in seconds.
+MAX_MARGIN_SECONDS = 2.0
+#: What an agent is told when the bot could not be reached at all.
+UNREACHABLE_REASON = "the approval bot could not be reached (is it running? check APPROVALS_URL)"
 
 #: The hook events the bot decides; every other event gets no decision.
 GATED_EVENTS: frozenset[str] = frozenset({"PreToolUse", "PermissionRequest"})
@@ -214,3 +223,10 @@ def clamp_timeout(raw: object, default: float = DEFAULT_HOOK_TIMEOUT) -> float:
     if math.isnan(value):
         return default
     return min(MAX_HOOK_TIMEOUT_SECONDS, max(MIN_HOOK_TIMEOUT_SECONDS, value))
+
+
+def time_budget(hook_timeout: float) -> float:
+    """How long to wait for a decision so the hook answers before the agent's `hook_timeout`
+    (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
+    margin = min(MAX_MARGIN_SECONDS, hook_timeout * 0.2)
+    return max(0.05, hook_timeout - margin)

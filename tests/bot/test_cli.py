@@ -668,13 +668,17 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
         assert await ctx.store.list_pending() == [], f"withdrawn: {err}"
 
 
-async def test_hook_over_http_loads_no_aiohttp_settings_redis_or_slack(
+async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
     api_url: str, ctx: BotContext
 ) -> None:
     """The command hook runs once per gated tool call: with APPROVALS_URL and APPROVALS_TOKEN
-    it reads only those, and calls the bot over http.client (`StdlibHttpTransport`), so
-    neither aiohttp nor pydantic-settings, Redis or Slack are imported. Answered as usual."""
-    heavy = ("aiohttp", "pydantic_settings", "redis", "slack_sdk", "slack_bolt", "yaml")
+    it reads only those, and a Claude Code call is passed on to the bot's hook endpoint over
+    http.client (`bot.hook_command.forward`), so neither aiohttp nor pydantic(-settings),
+    asyncio, Redis or Slack are imported. Answered as usual, as the token's principal."""
+    heavy = (
+        "aiohttp", "pydantic", "pydantic_settings", "asyncio", "redis", "slack_sdk",
+        "slack_bolt", "yaml",
+    )  # fmt: skip
     code = (
         "import atexit, sys\n"
         "atexit.register(lambda: print('loaded:' + ','.join(m for m in "
