@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 from approvals.integrations.hook_input import (
     DEFAULT_HOOK_TIMEOUT,
     MAX_HOOK_BODY_BYTES,
+    MAX_MARGIN_SECONDS,
     MIN_HOOK_TIMEOUT_SECONDS,
     UNREACHABLE_REASON,
     HookBody,
@@ -162,6 +163,16 @@ def answer(
     )
 
 
+def bot_timeout(budget: float) -> float:
+    """The `timeout` to give the bot's hook endpoint so that it answers a little before this
+    process's own `budget` runs out: the endpoint waits `time_budget(timeout)`, so this is its
+    inverse, applied to the budget less a slack for the answer's way back (and a loaded
+    machine's scheduling). Never below the endpoint's least, 1 s."""
+    target = max(budget - min(1.0, max(0.2, budget * 0.2)), 0.05)
+    wanted = target + MAX_MARGIN_SECONDS if target >= 4 * MAX_MARGIN_SECONDS else target / 0.8
+    return max(wanted, MIN_HOOK_TIMEOUT_SECONDS)
+
+
 #: The header in which the bot's hook endpoint names a problem (`bot.hook_endpoint`).
 PROBLEM_HEADER = "X-Approval-Problem"
 
@@ -189,9 +200,8 @@ def forward(
     shape = body.shape
     elapsed = max(0.0, time.monotonic() - started)
     budget = max(time_budget(timeout) - elapsed, 0.05)  # answer before the agent gives up
-    left = max(timeout - elapsed, MIN_HOOK_TIMEOUT_SECONDS)  # the bot keeps its own margin
     parts = urlsplit(url)
-    query = urlencode({"timeout": f"{left:.3f}", "on_timeout": on_timeout})
+    query = urlencode({"timeout": f"{bot_timeout(budget):.3f}", "on_timeout": on_timeout})
     payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
     connection: http.client.HTTPConnection
     if parts.scheme == "https":

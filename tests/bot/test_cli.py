@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from approvals.approval import approval_object
+from approvals.integrations.hook_input import time_budget
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
-from bot.hook_command import hook_options
+from bot.hook_command import bot_timeout, hook_options
 from bot.settings import VARIABLES
 from tests import support
 
@@ -637,7 +640,9 @@ async def run_hook(env: dict[str, str], *args: str) -> tuple[dict[str, Any], lis
     return json.loads(out), err.decode().splitlines()
 
 
-@pytest.mark.parametrize("problem", ["bot unreachable", "wrong token", "no decision in time"])
+@pytest.mark.parametrize(
+    "problem", ["bot unreachable", "wrong token", "no decision in time", "not the bot"]
+)
 async def test_hook_failures_are_one_plain_line_on_stderr(
     problem: str, api_url: str, ctx: BotContext
 ) -> None:
@@ -655,6 +660,12 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
     elif problem == "wrong token":
         env["APPROVALS_TOKEN"] = "not-the-token"
         expected = "approval-bot hook: the bearer token is not valid for this API; denied"
+    elif problem == "not the bot":  # an HTTP server, but no approval bot at that path
+        env["APPROVALS_URL"] = f"{api_url}/elsewhere"
+        expected = (
+            f"approval-bot hook: the approval bot at {api_url}/elsewhere answered HTTP 404 "
+            "without a decision; denied"
+        )
     else:  # long enough for the submit to fit on a loaded machine; nobody decides
         args = ("--timeout", "4")
         expected = "approval-bot hook: no decision on apr_"
@@ -717,3 +728,12 @@ async def test_request_allow_for_session_lets_the_reviewer_approve_the_session(
     pending = await ctx.store.list_pending()
     offered = {r.event.tool_name: r.config.allow_for_session for r in pending}
     assert offered == {"deploy1": True, "deploy0": False}
+
+
+@given(budget=st.floats(min_value=1.25, max_value=24 * 3600.0))
+def test_the_bot_answers_a_forwarded_hook_before_the_command_gives_up(budget: float) -> None:
+    """`forward` waits `budget` seconds for the bot's hook endpoint, which waits
+    `time_budget(timeout)` for a decision: the timeout it is given must end that wait with
+    room for the answer to come back (at least 0.2 s, up to 1 s)."""
+    waits = time_budget(bot_timeout(budget))
+    assert budget - min(1.0, budget * 0.2) - 1e-9 <= waits <= budget - 0.2 + 1e-9
