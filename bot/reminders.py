@@ -4,7 +4,8 @@ A route with `remind_after` (seconds after the request was asked; then every
 `remind_every`) reminds the reviewers who have not voted: a DM each, with a link to
 the message (`chat.getPermalink`), or (`remind_via: thread`) one reply in the
 message's thread mentioning them. A request listed in a digest message (an approval
-storm, bot/digests.py) is reminded of with a link to, or in the thread of, that digest.
+storm, bot/digests.py) is reminded of with a link to, or in the thread of, that digest;
+the requests of one digest due together get one reply, or one DM per reviewer.
 Each round is sent once across replicas (a lock per
 request, route round and reminder round) and none is sent once the request has ended;
 deadlines and escalation are the sweeper's, untouched. Time comes from the store's
@@ -74,6 +75,9 @@ class Reminders:
         # under a burst of thousands would be read and parsed every second.
         before = now.timestamp() - min(after)
         sent = 0
+        # Requests listed in one digest are reminded of together: one reply in its thread, or
+        # one DM per reviewer, not one per request (a storm would flood the channel).
+        listed: dict[tuple[str, str, str], list[ApprovalRequest]] = {}
         for request in await self.ctx.store.list_pending(1000, created_before=before):
             route = routes.get(request.route)
             if route is None or route.remind_after is None:
@@ -88,7 +92,53 @@ class Reminders:
             round_ = int(age // route.remind_every) if route.remind_every else 0
             if not await self._once(f"remind:{request.id}:{request.escalations}:{round_}"):
                 continue
+            if request.message is None:
+                listed.setdefault((where.channel, where.ts, request.route), []).append(request)
+                continue
             sent += await self._remind(request, route, where)
+        for (channel, ts, route_name), requests in listed.items():
+            sent += await self._remind_listed(
+                requests, routes[route_name], SlackMessage(channel=channel, ts=ts)
+            )
+        return sent
+
+    async def _remind_listed(
+        self, requests: list[ApprovalRequest], route: Route, digest: SlackMessage
+    ) -> int:
+        """Remind the reviewers of requests listed in one digest message, once for all."""
+        if len(requests) == 1:
+            return await self._remind(requests[0], route, digest)
+        slack = self.ctx.slack
+        waiting: dict[str, int] = {}
+        for request in requests:
+            for user in await self._waiting_on(request):
+                waiting[user] = waiting.get(user, 0) + 1
+        what = f"{len(requests)} requests listed here are still waiting for a decision."
+        if route.remind_via == "thread":
+            mentions = " ".join(blocks.who(u) for u in waiting) or "Reviewers"
+            await slack.chat_postMessage(
+                channel=digest.channel, thread_ts=digest.ts, text=f"⏰ {mentions}: {what}"
+            )
+            log.info("reminded digest via=thread requests=%d", len(requests))
+            return 1
+        try:
+            answer = await slack.chat_getPermalink(channel=digest.channel, message_ts=digest.ts)
+            where = f"<{answer['permalink']}|the list>"
+        except SlackApiError as e:
+            log.warning("no permalink of a digest error=%s", e.response.get("error"))
+            where = blocks.where(digest.channel)
+        sent = 0
+        for user, count in waiting.items():
+            try:
+                opened = await slack.conversations_open(users=user)
+                await slack.chat_postMessage(
+                    channel=opened["channel"]["id"],
+                    text=f"⏰ Reminder: {count} requests still need your review in {where}.",
+                )
+                sent += 1
+            except SlackApiError as e:
+                log.warning("reminder not sent user=%s error=%s", user, e.response.get("error"))
+        log.info("reminded digest via=dm requests=%d users=%d", len(requests), sent)
         return sent
 
     async def _waiting_on(self, request: ApprovalRequest) -> list[str]:

@@ -479,7 +479,7 @@ async def test_an_escalated_row_says_where_it_went_and_takes_no_more_decisions(
     assert (await bot.ctx.store.get(target)).is_pending
 
 
-async def test_a_reminder_of_a_listed_request_replies_in_its_digest_thread(
+async def test_reminders_of_listed_requests_are_one_reply_in_the_digest_thread(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
     slack.enforce_rate(per_channel_per_second=5.0, burst=3)
@@ -487,17 +487,47 @@ async def test_a_reminder_of_a_listed_request_replies_in_its_digest_thread(
     rids = await storm(bot, 10)
     await everyone_placed(slack, rids)
     await settled(bot)
-    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
-    digest = digest_of(slack, target)
     assert bot.ctx is not None and bot.reminders is not None
-    request = await bot.ctx.store.get(target)
-    assert request.message is None  # its place is the digest row
+    found = await bot.ctx.store.get_many(rids)
+    listed = [r for r in found.values() if r.message is None]  # their place is a digest row
+    assert len(listed) >= 2
+    digests = {m["ts"] for m in digests_in(slack)}
+    latest = max(r.created_at for r in found.values())
     # (Reminders post unpaced, as before storms: lift the channel's limit for this part.)
     slack.enforce_rate(per_channel_per_second=1000.0, burst=1000)
-    sent = await bot.reminders.remind_due(request.created_at + timedelta(seconds=61))
-    assert sent >= 1
+    sent = await bot.reminders.remind_due(latest + timedelta(seconds=61))
     replies = [c for c in slack.calls_to("chat.postMessage") if c.body.get("thread_ts")]
-    assert any(c.body["thread_ts"] == digest["ts"] for c in replies)
+    in_digests = [c for c in replies if c.body["thread_ts"] in digests]
+    # One reply per digest (not one per listed request), one per request message.
+    assert len(in_digests) == len(digests)
+    assert len(replies) == len(digests) + (len(rids) - len(listed)) == sent
+    assert sum(int(c.body["text"].split(": ")[1].split()[0]) for c in in_digests) == len(listed)
+    assert all("<@U0ALICE>" in c.body["text"] for c in in_digests)
+    assert await bot.reminders.remind_due(latest + timedelta(seconds=62)) == 0, "once a round"
+
+
+async def test_reminder_dms_of_listed_requests_are_one_per_reviewer_and_digest(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    for user in ("U0ALICE", "U0BOB", "U0CAROL"):
+        slack.add_user(user)
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(policy(remind_after=60), dispatcher=storm_options())
+    rids = await storm(bot, 10)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert bot.ctx is not None and bot.reminders is not None
+    found = await bot.ctx.store.get_many(rids)
+    own = len([r for r in found.values() if r.message is not None])
+    listed = len(rids) - own
+    digests = len(digests_in(slack))
+    latest = max(r.created_at for r in found.values())
+    before = len(slack.calls_to("chat.postMessage"))
+    await bot.reminders.remind_due(latest + timedelta(seconds=61))
+    dms = [c for c in slack.calls_to("chat.postMessage")[before:] if c.body["channel"] != CHANNEL]
+    assert len(dms) == 3 * (own + digests), "per reviewer: one per message, one per digest"
+    grouped = [c for c in dms if "requests still need your review" in c.body["text"]]
+    assert sum(int(c.body["text"].split()[2]) for c in grouped) == 3 * listed
 
 
 async def test_reviewers_are_told_once_per_digest_not_once_per_request(
