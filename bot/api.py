@@ -239,8 +239,12 @@ class ApprovalsAPI:
     async def _own(self, request: web.Request, request_id: str) -> ApprovalRequest:
         """The request, if the caller may see it; another principal's is `NotFound` (404),
         exactly like an unknown id, so ids of others' requests reveal nothing."""
+        return self._visible(request, request_id, await self.ctx.store.get(request_id))
+
+    def _visible(
+        self, request: web.Request, request_id: str, found: ApprovalRequest
+    ) -> ApprovalRequest:
         principal: Principal = request[PRINCIPAL]
-        found = await self.ctx.store.get(request_id)
         if not principal.may_see(found.principal):
             raise NotFound(f"no approval request with id {request_id!r}")
         return found
@@ -295,7 +299,9 @@ class ApprovalsAPI:
         except Drained:
             return shutting_down_response()
         try:
-            found = await self._own(request, request_id)
+            # Read through the Waiter (batched on its own connection), not the shared pool: a
+            # burst of long-polls arriving at once keeps Redis connections constant.
+            found = self._visible(request, request_id, await waiter.read(request_id))
             if not found.is_pending:
                 return web.json_response(approval_object(found))
             del found
@@ -303,8 +309,8 @@ class ApprovalsAPI:
             parked.inc()
             try:
                 decided = await watch.future
-            except ApprovalTimeout:
-                return web.json_response(approval_object(await self.ctx.store.get(request_id)))
+            except ApprovalTimeout:  # long-polls parked together time out together: batched
+                return web.json_response(approval_object(await waiter.read(request_id)))
             except Drained:
                 return shutting_down_response()
             finally:

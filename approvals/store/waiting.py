@@ -16,8 +16,9 @@ A wait costs one future, one timer and a registry entry (no task, no
 `wait_for`/`shield`): the HTTP API parks thousands of long-polls on it.
 `watch()` registers without the first read, for a caller that reads the
 request itself right after (the API's long-poll: its read also checks the
-caller's principal); `interrupt()` fails every `interruptible` wait at once
-(the bot's drain).
+caller's principal), through `read()`, batched on the Waiter's connection;
+`interrupt()` fails every `interruptible` wait at once (the bot's drain);
+`deliver()` settles waits from a decision this process just made.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class Waiter:
         self._hinted: set[str] = set()
         self._fresh: set[str] = set()
         self._to_check: set[str] = set()
+        # Callers of `read()` per id, served before fresh waits and bulk re-reads.
+        self._reads: dict[str, list[asyncio.Future[ApprovalRequest]]] = {}
         self._check_wanted = asyncio.Event()
         self._subscribed = asyncio.Event()
         self._pubsub: PubSub | None = None
@@ -133,6 +136,10 @@ class Waiter:
                     fut.cancel()
         self._futures.clear()
         self._interruptible.clear()
+        for reads in self._reads.values():
+            for fut in reads:
+                fut.cancel()
+        self._reads.clear()
 
     async def __aenter__(self) -> Waiter:
         await self.start()
@@ -218,6 +225,15 @@ class Waiter:
         if not request.is_pending and request.id in self._futures:
             self._settle(request.id, result=request)
 
+    async def read(self, request_id: str) -> ApprovalRequest:
+        """The request as it is now (`NotFound` if unknown), read in one batch with the other
+        callers' reads on the Waiter's own connection: a burst of thousands of long-polls
+        arriving at once uses no more Redis connections than one does. Needs `start()`."""
+        fut: asyncio.Future[ApprovalRequest] = asyncio.get_running_loop().create_future()
+        self._reads.setdefault(request_id, []).append(fut)
+        self._check_wanted.set()
+        return await fut
+
     def interrupt(self, error: Callable[[], Exception]) -> int:
         """Fail every `interruptible` wait, now and from now on, with `error()` (the bot's
         shutdown answers parked long-polls this way); returns how many were waiting."""
@@ -273,7 +289,10 @@ class Waiter:
         while True:
             await self._check_wanted.wait()
             self._check_wanted.clear()
-            while self._hinted or self._fresh or self._to_check:
+            while self._hinted or self._reads or self._fresh or self._to_check:
+                if self._reads and not self._hinted:
+                    await self._serve_reads()
+                    continue
                 hinted = bool(self._hinted)
                 queue = self._hinted or self._fresh or self._to_check
                 chunk = list(itertools.islice(queue, self.batch_size))
@@ -290,6 +309,31 @@ class Waiter:
                 except Exception:
                     log.exception("waiter check crashed ids=%d", len(batch))
                     await asyncio.sleep(0.5)
+
+    async def _serve_reads(self) -> None:
+        """One batch of `read()`s: one pipeline on the Waiter's client."""
+        ids = list(itertools.islice(self._reads, self.batch_size))
+        waiting = {i: self._reads.pop(i) for i in ids}
+        try:
+            found = await self.store.get_many(ids)
+        except Exception as e:
+            log.warning("waiter read failed error=%r ids=%d", e, len(ids))
+            for futures in waiting.values():
+                for fut in futures:
+                    if not fut.done():
+                        fut.set_exception(e)
+            return
+        for request_id, futures in waiting.items():
+            request = found.get(request_id)
+            if request is not None and not request.is_pending:
+                self._settle(request_id, result=request)
+            for fut in futures:
+                if fut.done():
+                    continue
+                if request is None:
+                    fut.set_exception(NotFound(f"no approval request with id {request_id!r}"))
+                else:
+                    fut.set_result(request)
 
     async def _read(self, ids: list[str]) -> None:
         """One round trip: settle what is decided; what is missing gets a careful re-check."""

@@ -435,3 +435,26 @@ async def test_a_deciding_vote_made_in_this_process_wakes_its_waiters_too(
         waiter.unwatch(watch)
     finally:
         await waiter.stop()
+
+
+async def test_reads_are_batched_on_the_waiters_own_connections(
+    store: ApprovalStore, redis_url: str, keys: Keys, redis: Redis
+) -> None:
+    """`read()`: 300 concurrent reads are answered (the request, or `NotFound`) through the
+    Waiter's client of two connections, which it never grows."""
+    ids = await new_pending(store, 300)
+    await store.resolve(ids[0], Decision.deny("no", by="U1"))
+    name = f"waiter-{keys.prefix}"
+    wredis = connect(redis_url, max_connections=2, client_name=name)
+    waiter = Waiter(wredis, keys)
+    await waiter.start()
+    try:
+        got = await asyncio.gather(*(waiter.read(rid) for rid in ids))
+        assert [r.id for r in got] == ids
+        assert got[0].status == "denied" and all(r.status == "pending" for r in got[1:])
+        with pytest.raises(NotFound):
+            await waiter.read("apr_missing")
+        assert await clients_named(redis, name) <= 2
+    finally:
+        await waiter.stop()
+        await wredis.aclose()
