@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -223,8 +224,10 @@ def forward(
         status, text = response.status, response.read()
         problem = response.getheader(PROBLEM_HEADER)
     except TimeoutError:
-        report(f"no answer from the approval bot at {url} within {budget:.1f} s; denied")
-        return deny(shape, f"No approval decision within {budget:.1f} s; denied by default.")
+        # Rounded down: "within 4.0 s" after waiting 3.96 s would claim more than was waited.
+        waited = f"{math.floor(budget * 10) / 10:.1f}"
+        report(f"no answer from the approval bot at {url} within {waited} s; denied")
+        return deny(shape, f"No approval decision within {waited} s; denied by default.")
     except (OSError, http.client.HTTPException) as e:
         where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
         report(f"approval bot at {url} is unreachable: {plain(e, where)}; denied")
