@@ -225,6 +225,7 @@ class Bot:
             self.ctx.reminders = self.reminders
             await self.reminders.start()
             self.dispatcher = Dispatcher(self.ctx, cfg.consumer, cfg.dispatcher)
+            self.reminders.use(self.dispatcher.slack)  # one pacing and update budget
             await self.dispatcher.start()
         if slack is not None:
             if cfg.slack_app_token and self.bolt is not None:

@@ -9,8 +9,9 @@ the digest's message the first time — ahead of the channel's queued posts (a
 priority wait on the channel's pace) and exactly once: an attempt that follows
 one whose outcome nobody saw adopts the copy it finds in the channel's history
 (metadata `approval_digest`) — and afterwards updates it with chat.update,
-through a workspace-wide budget for those updates (Slack's chat.update is a Tier
-3 method, about 50 a minute), at most once per digest per `digest_interval`
+through the workspace-wide budget every chat.update shares (bot/slack_calls.py
+`UPDATE_PACE`; Slack's chat.update is a Tier 3 method, about 50 a minute), at
+most once per digest per `digest_interval`
 however many of its rows changed. What it drew is recorded (`digest_drawn.lua`);
 a digest that changed meanwhile stays dirty. Work owed survives a restart: the
 dirty set is in Redis, and every replica looks at it.
@@ -32,12 +33,10 @@ from approvals.store.digests import Digest, Digests, placements
 from approvals.store.outbox import Outbox
 from bot import copies, digest_blocks
 from bot.context import BotContext
-from bot.slack_calls import Permanent, SlackCaller, Unsure
+from bot.slack_calls import UPDATE_PACE, Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
 
-#: The pace key of digest updates: one budget for the whole workspace (Tier 3).
-UPDATE_PACE = "digest:chat.update"
 #: While one replica draws a digest, others leave it alone this long (a replica that is gone
 #: — no heartbeat — loses it at once).
 DRAW_LOCK_SECONDS = 120
@@ -48,8 +47,6 @@ class DigestOptions:
     """The drawer's timing (bot/dispatcher.py `DispatcherOptions` digest_* fields)."""
 
     interval: float = 1.0
-    update_interval: float = 1.2
-    update_burst: int = 3
     poll: float = 2.0
     backoff: float = 1.0
 
@@ -70,7 +67,6 @@ class DigestDrawer:
         self.slack = slack
         self.outbox = outbox
         self.options = options
-        slack.add_pace(UPDATE_PACE, options.update_interval, options.update_burst)
         self._wake = asyncio.Event()
         self._drawing: dict[str, asyncio.Task[None]] = {}
         self._skip_until: dict[str, float] = {}
@@ -203,8 +199,8 @@ class DigestDrawer:
                 if digest is None:
                     return
                 try:
-                    await self.slack.call(
-                        UPDATE_PACE, "chat_update", channel=channel, ts=ts, **message
+                    await self.slack.call(  # the token was taken before the render
+                        UPDATE_PACE, "chat_update", paced=False, channel=channel, ts=ts, **message
                     )
                     self.ctx.metrics.slack_updates.inc()
                 except Permanent as e:

@@ -79,9 +79,10 @@ class DispatcherOptions:
     digest_open_seconds: float = 30.0
     #: At most one draw (chat.update) per digest per this many seconds: changes coalesce.
     digest_interval: float = 1.0
-    #: chat.update of digests, workspace-wide (Slack Tier 3, ~50/min): one per interval, burst.
-    digest_update_interval: float = 1.2
-    digest_update_burst: int = 3
+    #: Every chat.update (request messages, copies, digests), workspace-wide (Slack Tier 3,
+    #: ~50/min): one per interval after a burst (bot/slack_calls.py `UPDATE_PACE`).
+    update_interval: float = 1.2
+    update_burst: int = 3
     #: How often every replica looks for dirty digests nobody is drawing (a replica gone).
     digest_poll: float = 2.0
 
@@ -107,10 +108,15 @@ class Dispatcher:
             max_attempts=o.max_attempts,
             backoff_base=o.backoff_base,
             backoff_max=o.backoff_max,
+            update_interval=o.update_interval,
+            update_burst=o.update_burst,
         )
         self._queues: dict[str, asyncio.Queue[OutboxEntry]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._in_flight: set[str] = set()
+        #: `update` entries routed to a worker and not yet taken, per request: an entry with
+        #: a later one queued is superseded (each draws the state it reads, the latest wins).
+        self._updates_queued: dict[str, int] = {}
         self._owed: set[str] = set()  # this consumer's entries waiting for a retry
         self._room = asyncio.Event()
         self._owed_check = 0.0  # monotonic time of the next look at owed entries
@@ -119,8 +125,6 @@ class Dispatcher:
         self.digests = Digests(ctx.redis, ctx.keys)
         drawing = DigestOptions(
             interval=o.digest_interval,
-            update_interval=o.digest_update_interval,
-            update_burst=o.digest_update_burst,
             poll=o.digest_poll,
             backoff=min(o.backoff_max, o.backoff_base * 2),
         )
@@ -243,6 +247,9 @@ class Dispatcher:
             channel = entry.fields.get("channel") or "-"
             kind = "post" if entry.op == "post" else "update"
             self._in_flight.add(entry.entry_id)
+            if entry.op == "update":
+                rid = entry.request_id
+                self._updates_queued[rid] = self._updates_queued.get(rid, 0) + 1
             self._queue(f"{kind}:{channel}").put_nowait(entry)
 
     def _queue(self, name: str) -> asyncio.Queue[OutboxEntry]:
@@ -256,7 +263,14 @@ class Dispatcher:
         while True:
             entry = await queue.get()
             try:
-                await self._handle(entry)
+                if self._superseded(entry):
+                    # A later `update` entry of this request is queued: it re-reads the
+                    # request and draws whatever is newest then, so this one's draw would
+                    # only spend a chat.update (the workspace budget) on a state already old.
+                    self.ctx.metrics.slack_updates_coalesced.inc()
+                    log.debug("update coalesced id=%s entry=%s", entry.request_id, entry.entry_id)
+                else:
+                    await self._handle(entry)
                 await self.outbox.ack(entry.entry_id)
                 self._settled(entry)
             except asyncio.CancelledError:
@@ -283,6 +297,19 @@ class Dispatcher:
             finally:
                 self._in_flight.discard(entry.entry_id)
                 self._room.set()
+
+    def _superseded(self, entry: OutboxEntry) -> bool:
+        """Take `entry` off the queued count; True when a later `update` entry of the same
+        request is still queued (routed after this one, so handled after it is taken)."""
+        if entry.op != "update":
+            return False
+        rid = entry.request_id
+        left = self._updates_queued.get(rid, 1) - 1
+        if left <= 0:
+            self._updates_queued.pop(rid, None)
+            return False
+        self._updates_queued[rid] = left
+        return True
 
     def _settled(self, entry: OutboxEntry) -> None:
         if entry.entry_id in self._owed:

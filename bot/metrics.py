@@ -150,6 +150,20 @@ class Metrics:
         self.slack_updates = Counter(
             "approvals_slack_updates", "Request messages updated (chat.update).", registry=r
         )
+        self.slack_updates_coalesced = Counter(
+            "approvals_slack_updates_coalesced",
+            "Outbox update entries not drawn because a later one of the same request was "
+            "queued (it draws the newest state).",
+            registry=r,
+        )
+        self.reminders_failed = Counter(
+            "approvals_reminders_failed",
+            "Reminders Slack did not take after retries (`retried`: released for the next "
+            "tick; `refused`: a permanent error, logged; `lost`: one reviewer's DM of a round the "
+            "others received, logged).",
+            ["outcome"],
+            registry=r,
+        )
         self.slack_owed = Gauge(
             "approvals_slack_owed",
             "Outbox entries of this replica whose handling failed and will be retried.",

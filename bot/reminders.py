@@ -8,6 +8,11 @@ storm, bot/digests.py) is reminded of with a link to, or in the thread of, that 
 the requests of one digest due together get one reply, or one DM per reviewer.
 Each round is sent once across replicas (a lock per
 request, route round and reminder round) and none is sent once the request has ended;
+every call goes through the dispatcher's `SlackCaller` (bot/slack_calls.py): a thread
+reply takes a token of its channel's post pacing, and a 429 is waited out and tried
+again. A reminder Slack still did not take (an error that may pass) releases its round's
+lock, so the next tick sends it; one Slack refuses for good is logged and counted
+(`approvals_reminders_failed`). Nothing is dropped without a word.
 deadlines and escalation are the sweeper's, untouched. Time comes from the store's
 clock, so tests pass their own `now`.
 
@@ -21,8 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-
-from slack_sdk.errors import SlackApiError
+from typing import Any
 
 from approvals.models import ApprovalRequest, SlackMessage
 from approvals.policy import Route
@@ -31,6 +35,7 @@ from approvals.store.connection import cancel_and_wait
 from bot import blocks
 from bot.context import BotContext
 from bot.digests import place
+from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,48 @@ class Reminders:
         self.ctx = ctx
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
+        self._calls: SlackCaller | None = None
+
+    def use(self, calls: SlackCaller) -> None:
+        """Send through `calls` (the dispatcher's: one pacing per channel per process)."""
+        self._calls = calls
+
+    @property
+    def calls(self) -> SlackCaller:
+        if self._calls is None:  # no dispatcher (yet): a caller of its own, paced the same
+            self._calls = SlackCaller(
+                self.ctx,
+                post_interval=1.0,
+                burst=3,
+                pacing=True,
+                max_attempts=4,
+                backoff_base=0.5,
+                backoff_max=30.0,
+            )
+        return self._calls
+
+    async def _post(self, channel: str, **kwargs: str) -> None:
+        """chat.postMessage, paced on `channel`; a 429 is waited out (nothing was posted)."""
+        await self.calls.call(
+            channel, "chat_postMessage", paced=True, once=True, channel=channel, **kwargs
+        )
+
+    async def _dm(self, user: str, text: str) -> None:
+        opened = await self.calls.call(user, "conversations_open", users=user)
+        await self._post(str(opened["channel"]["id"]), text=text)
+
+    async def _permalink(self, message: SlackMessage) -> str | None:
+        try:
+            answer = await self.calls.call(
+                message.channel,
+                "chat_getPermalink",
+                channel=message.channel,
+                message_ts=message.ts,
+            )
+            return str(answer["permalink"])
+        except (Permanent, Unsure) as e:
+            log.warning("no permalink channel=%s error=%s", message.channel, e)
+            return None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="reminders")
@@ -78,6 +125,7 @@ class Reminders:
         # Requests listed in one digest are reminded of together: one reply in its thread, or
         # one DM per reviewer, not one per request (a storm would flood the channel).
         listed: dict[tuple[str, str, str], list[ApprovalRequest]] = {}
+        locks: dict[str, str] = {}  # request id → its round's lock name
         for request in await self.ctx.store.list_pending(1000, created_before=before):
             route = routes.get(request.route)
             if route is None or route.remind_after is None:
@@ -90,17 +138,39 @@ class Reminders:
             if where is None:
                 continue
             round_ = int(age // route.remind_every) if route.remind_every else 0
-            if not await self._once(f"remind:{request.id}:{request.escalations}:{round_}"):
+            lock = f"remind:{request.id}:{request.escalations}:{round_}"
+            if not await self._once(lock):
                 continue
+            locks[request.id] = lock
             if request.message is None:
                 listed.setdefault((where.channel, where.ts, request.route), []).append(request)
                 continue
-            sent += await self._remind(request, route, where)
+            sent += await self._sending([request], locks, self._remind(request, route, where))
         for (channel, ts, route_name), requests in listed.items():
-            sent += await self._remind_listed(
-                requests, routes[route_name], SlackMessage(channel=channel, ts=ts)
-            )
+            digest = SlackMessage(channel=channel, ts=ts)
+            sending = self._remind_listed(requests, routes[route_name], digest)
+            sent += await self._sending(requests, locks, sending)
         return sent
+
+    async def _sending(
+        self, requests: list[ApprovalRequest], locks: dict[str, str], sending: Any
+    ) -> int:
+        """Await one reminder; if Slack did not take it, release its round (the next tick
+        sends it) or, refused for good, log and count it."""
+        ids = ",".join(r.id for r in requests)
+        try:
+            result: int = await sending
+            return result
+        except Permanent as e:
+            self.ctx.metrics.reminders_failed.labels(outcome="refused").inc()
+            log.error("reminder refused by Slack ids=%s error=%s", ids, e.error)
+        except Exception as e:  # Unsure, Redis, …: may pass; the next tick tries again
+            self.ctx.metrics.reminders_failed.labels(outcome="retried").inc()
+            log.warning("reminder not sent, will retry ids=%s error=%s", ids, e)
+            names = [self.ctx.keys.lock(locks[r.id]) for r in requests if r.id in locks]
+            if names:
+                await self.ctx.redis.delete(*names)
+        return 0
 
     async def _remind_listed(
         self, requests: list[ApprovalRequest], route: Route, digest: SlackMessage
@@ -108,7 +178,6 @@ class Reminders:
         """Remind the reviewers of requests listed in one digest message, once for all."""
         if len(requests) == 1:
             return await self._remind(requests[0], route, digest)
-        slack = self.ctx.slack
         waiting: dict[str, int] = {}
         for request in requests:
             for user in await self._waiting_on(request):
@@ -116,29 +185,37 @@ class Reminders:
         what = f"{len(requests)} requests listed here are still waiting for a decision."
         if route.remind_via == "thread":
             mentions = " ".join(blocks.who(u) for u in waiting) or "Reviewers"
-            await slack.chat_postMessage(
-                channel=digest.channel, thread_ts=digest.ts, text=f"⏰ {mentions}: {what}"
-            )
+            await self._post(digest.channel, thread_ts=digest.ts, text=f"⏰ {mentions}: {what}")
             log.info("reminded digest via=thread requests=%d", len(requests))
             return 1
-        try:
-            answer = await slack.chat_getPermalink(channel=digest.channel, message_ts=digest.ts)
-            where = f"<{answer['permalink']}|the list>"
-        except SlackApiError as e:
-            log.warning("no permalink of a digest error=%s", e.response.get("error"))
-            where = blocks.where(digest.channel)
-        sent = 0
-        for user, count in waiting.items():
-            try:
-                opened = await slack.conversations_open(users=user)
-                await slack.chat_postMessage(
-                    channel=opened["channel"]["id"],
-                    text=f"⏰ Reminder: {count} requests still need your review in {where}.",
-                )
-                sent += 1
-            except SlackApiError as e:
-                log.warning("reminder not sent user=%s error=%s", user, e.response.get("error"))
+        link = await self._permalink(digest)
+        where = f"<{link}|the list>" if link else blocks.where(digest.channel)
+        texts = {
+            user: f"⏰ Reminder: {count} requests still need your review in {where}."
+            for user, count in waiting.items()
+        }
+        sent = await self._dms(texts)
         log.info("reminded digest via=dm requests=%d users=%d", len(requests), sent)
+        return sent
+
+    async def _dms(self, texts: dict[str, str]) -> int:
+        """DM each user their text; how many went. A user whose DM failed is logged; if
+        none went and any failure may pass, it raises (the round is released, retried)."""
+        sent, retry = 0, None
+        for user, text in texts.items():
+            try:
+                await self._dm(user, text)
+                sent += 1
+            except Permanent as e:
+                self.ctx.metrics.reminders_failed.labels(outcome="refused").inc()
+                log.error("reminder refused by Slack user=%s error=%s", user, e.error)
+            except Unsure as e:
+                log.warning("reminder DM not sent user=%s error=%s", user, e)
+                retry = e
+        if retry is not None and sent == 0:
+            raise retry
+        if retry is not None:  # the others have theirs: not sent again to them
+            self.ctx.metrics.reminders_failed.labels(outcome="lost").inc()
         return sent
 
     async def _waiting_on(self, request: ApprovalRequest) -> list[str]:
@@ -151,38 +228,21 @@ class Reminders:
         return [u for u in dict.fromkeys(users) if u not in voted and u != request.requester]
 
     async def _remind(self, request: ApprovalRequest, route: Route, message: SlackMessage) -> int:
-        slack = self.ctx.slack
         users = await self._waiting_on(request)
         summary = blocks.request_message(request)["text"]
-        try:
-            link = (await slack.chat_getPermalink(channel=message.channel, message_ts=message.ts))[
-                "permalink"
-            ]
-        except SlackApiError as e:
-            log.warning("no permalink id=%s error=%s", request.id, e.response.get("error"))
-            link = None
-        where = f"<{link}|the request>" if link else blocks.where(message.channel)
         if route.remind_via == "thread":
             mentions = " ".join(blocks.who(u) for u in users) or "Reviewers"
-            await slack.chat_postMessage(
-                channel=message.channel,
+            await self._post(
+                message.channel,
                 thread_ts=message.ts,
                 text=f"⏰ {mentions}: still waiting for a decision. {summary}",
             )
             log.info("reminded id=%s via=thread users=%d", request.id, len(users))
             return 1
-        sent = 0
-        for user in users:
-            try:
-                opened = await slack.conversations_open(users=user)
-                dm = opened["channel"]["id"]
-                await slack.chat_postMessage(
-                    channel=dm,
-                    text=f"⏰ Reminder: your review is still needed on {where}. {summary}",
-                )
-                sent += 1
-            except SlackApiError as e:
-                log.warning("reminder not sent user=%s error=%s", user, e.response.get("error"))
+        link = await self._permalink(message)
+        where = f"<{link}|the request>" if link else blocks.where(message.channel)
+        text = f"⏰ Reminder: your review is still needed on {where}. {summary}"
+        sent = await self._dms(dict.fromkeys(users, text))
         log.info("reminded id=%s via=dm users=%d", request.id, sent)
         return sent
 
@@ -194,12 +254,8 @@ class Reminders:
             return False
         text = blocks.decided_message(request)["text"]
         try:
-            opened = await self.ctx.slack.conversations_open(users=request.notify)
-            dm = opened["channel"]["id"]
-            await self.ctx.slack.chat_postMessage(
-                channel=dm, text=f"Your approval request was decided. {text}"
-            )
-        except SlackApiError as e:
-            log.warning("notice not sent id=%s error=%s", request.id, e.response.get("error"))
+            await self._dm(request.notify, f"Your approval request was decided. {text}")
+        except (Permanent, Unsure) as e:
+            log.warning("notice not sent id=%s error=%s", request.id, e)
             return False
         return True

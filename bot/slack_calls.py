@@ -5,6 +5,11 @@ HTTP 429 waits `Retry-After` and tries again (nothing was done). A permanent
 timeout, a dropped connection) may or may not have been done by Slack: an
 idempotent call is retried a few times with backoff, and then, as a call made
 `once` (chat.postMessage) is at once, raised as `Unsure`.
+
+Every `chat.update` (request messages, their copies, escalation notes, digests) shares
+one workspace-wide budget per process, `UPDATE_PACE` (Slack's Tier 3, about 50 a
+minute, bursts tolerated), apart from the channels' post pacing: an update never waits
+behind paced posts, and a 429 on an update holds back updates, not the channel's posts.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ log = logging.getLogger(__name__)
 TRANSIENT_ERRORS = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited"}
 )
+
+
+#: The pace key of `chat.update`: one budget for the whole workspace (Tier 3).
+UPDATE_PACE = "workspace:chat.update"
 
 
 class Permanent(Exception):
@@ -119,6 +128,8 @@ class SlackCaller:
         max_attempts: int,
         backoff_base: float,
         backoff_max: float,
+        update_interval: float = 1.2,
+        update_burst: int = 3,
     ) -> None:
         self.ctx = ctx
         self.client = _without_retries(ctx.slack)
@@ -129,6 +140,7 @@ class SlackCaller:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._paces: dict[str, ChannelPace] = {}
+        self._paces[UPDATE_PACE] = ChannelPace(update_interval, update_burst)
         self._bot_id: str | None = None
 
     def pace(self, channel: str) -> ChannelPace:
@@ -158,10 +170,16 @@ class SlackCaller:
         method: str,
         /,
         *,
-        paced: bool = False,
+        paced: bool | None = None,
         once: bool = False,
         **kwargs: Any,
     ) -> Any:
+        """`paced` (default: only chat.update) takes a token of the pace first; a
+        chat.update always counts against `UPDATE_PACE`, whatever `pace_key` says (pass
+        `paced=False` when the caller took the token itself)."""
+        if method == "chat_update":
+            pace_key = UPDATE_PACE
+            paced = True if paced is None else paced
         pace = self.pace(pace_key)
         attempt = 0
         while True:

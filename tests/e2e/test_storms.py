@@ -42,7 +42,7 @@ def storm_options(**kw: Any) -> DispatcherOptions:
         "digest_after": 0.6,
         "digest_rows": ROWS,
         "digest_interval": 0.1,
-        "digest_update_interval": 0.05,
+        "update_interval": 0.05,
         "digest_poll": 0.5,
         "read_block_ms": 100,
         "backoff_base": 0.05,
