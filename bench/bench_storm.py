@@ -251,6 +251,12 @@ def print_report(r: dict[str, Any]) -> None:
             ],
         )
     )
+    updates = r["calls_deciding"].get("chat.update", 0)
+    limited = r["rate_limited_deciding"].get("chat.update", 0)
+    print(
+        f"decision phase: {updates} chat.update calls, {limited} answered 429 "
+        f"(Slack's Tier 3: ~50/min per workspace)"
+    )
     for name, value in r["target"].items():
         print(f"{value}  {name.replace('_', ' ')}")
 
