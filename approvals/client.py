@@ -155,6 +155,12 @@ class ApprovalClient:
         """Withdraw a pending request; `AlreadyDecided` if it was decided meanwhile."""
         return await self.transport.cancel(request_id, reason=reason)
 
+    async def cancel_call(self, call_id: str, *, reason: str | None = None) -> Approval | None:
+        """Withdraw the request `call_id` made, if it made one: for a submit cut off in flight
+        (it may have landed without this caller learning its id). The request as it stands
+        afterwards (cancelled, or decided if a decision came first); None if there is none."""
+        return await self.transport.cancel_call(call_id, reason=reason)
+
     async def withdraw(self, request_id: str, reason: str = TIMEOUT_REASON) -> Approval | None:
         """Best-effort cancel after the caller stopped waiting; returns the request if a
         decision raced in (so the caller can still use it), else None."""

@@ -427,6 +427,22 @@ class ApprovalService:
         result = await self.store.cancel(request_id, by=by, reason=reason, via=via)
         return VoteResult("decided" if result.won else "closed", result.request)
 
+    async def cancel_call(
+        self,
+        call_id: str,
+        *,
+        principal: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
+    ) -> VoteResult | None:
+        """Withdraw the request `principal`'s `call_id` made, if it made one (None: it did not,
+        or that request is gone): for a caller whose submit was cut off in flight."""
+        result = await self.store.cancel_call(call_id, principal, by=by, reason=reason, via=via)
+        if result is None:
+            return None
+        return VoteResult("decided" if result.won else "closed", result.request)
+
     # -- deadlines ------------------------------------------------------------------------
 
     async def expire_due(self, now: datetime | None = None, limit: int = 100) -> list[ExpiryResult]:

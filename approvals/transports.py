@@ -73,6 +73,8 @@ class Transport(Protocol):
 
     async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval: ...
 
+    async def cancel_call(self, call_id: str, *, reason: str | None = None) -> Approval | None: ...
+
     async def aclose(self) -> None: ...
 
 
@@ -155,6 +157,13 @@ class ServiceTransport(_LoopBound):
         if result.status != "decided":
             raise already_decided(result.request)
         return Approval.from_request(result.request)
+
+    async def cancel_call(self, call_id: str, *, reason: str | None = None) -> Approval | None:
+        self._check_loop()
+        result = await self.service.cancel_call(
+            call_id, principal=self.canceller, by=self.canceller, reason=reason, via=self.via
+        )
+        return None if result is None else Approval.from_request(result.request)
 
     async def aclose(self) -> None:
         return None  # the service and the waiter belong to whoever made them
@@ -341,6 +350,14 @@ class HttpTransport(_LoopBound):
             await self._call("POST", f"/v1/approvals/{request_id}/cancel", body=body)
         )
 
+    async def cancel_call(self, call_id: str, *, reason: str | None = None) -> Approval | None:
+        # The token's principal: a call id only ever finds that principal's own request.
+        body: dict[str, Any] = {"call_id": call_id}
+        if reason:
+            body["reason"] = reason
+        found = await self._call("POST", "/v1/calls/cancel", body=body)
+        return self._approval(found["approval"]) if found.get("approval") else None
+
     async def aclose(self) -> None:
         if self._session is not None and self._owns_session:
             await self._session.close()
@@ -525,6 +542,9 @@ class ThreadedTransport:
 
     async def cancel(self, request_id: str, *, reason: str | None = None) -> Approval:
         return await self._on_loop(self.inner.cancel(request_id, reason=reason))
+
+    async def cancel_call(self, call_id: str, *, reason: str | None = None) -> Approval | None:
+        return await self._on_loop(self.inner.cancel_call(call_id, reason=reason))
 
     async def aclose(self) -> None:
         if self._closed:

@@ -3,6 +3,7 @@
     POST /v1/approvals                create (idempotent on call_id): 201, or 200 if it existed
     GET  /v1/approvals/{id}?wait=N    the approval object; long-polls up to N s (capped)
     POST /v1/approvals/{id}/cancel    withdraw a pending request (409 once decided)
+    POST /v1/calls/cancel             withdraw the request the caller's call_id made, if any
     POST /hooks/claude-code           Claude Code `http` hook: hook JSON in, hook output out
     GET  /openapi.json                OpenAPI 3.1, generated from the models (`bot.schemas`)
 
@@ -48,6 +49,7 @@ from bot.metrics import METRICS
 from bot.principals import AuthProblem, Principal, Principals
 from bot.schemas import (
     CancelApproval,
+    CancelCall,
     CreateApproval,
     approval_object,
     openapi_document,
@@ -338,6 +340,18 @@ class ApprovalsAPI:
             )
         return web.json_response(approval_object(result.request))
 
+    async def cancel_call(self, request: web.Request) -> web.Response:
+        """Withdraw the request the caller's `call_id` made, if any (a create cut off in
+        flight): `{"approval": …}` as it stands afterwards, or `{"approval": null}`. The
+        call id is looked up under the caller's own principal only."""
+        principal: Principal = request[PRINCIPAL]
+        body = CancelCall.model_validate(await read_json(request, self.ctx.max_body_bytes))
+        result = await self.ctx.service.cancel_call(
+            body.call_id, principal=principal.name, by=principal.name, reason=body.reason
+        )
+        found = None if result is None else approval_object(result.request)
+        return web.json_response({"approval": found})
+
 
 def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     """Register the agent API on `app` (which should carry `error_middleware`)."""
@@ -346,6 +360,7 @@ def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     app.router.add_post("/v1/approvals", api.guard(api.create))
     app.router.add_get("/v1/approvals/{id}", api.get)  # checks the token itself
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
+    app.router.add_post("/v1/calls/cancel", api.guard(api.cancel_call))
     # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).
     app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, lambda: api.principals).handle)
     return api

@@ -288,12 +288,17 @@ async def _review(
         metadata = hook_metadata(payload)
     except Exception:
         metadata = {}  # answer_hook denies input that does not validate
-    # Reviewers see the real deadline: the hook's, or with defer the route's (the agent comes
-    # back for the answer later).
+    # Counted from this process's spawn (`started`): the agent's clock for the hook's timeout.
+    budget = time_budget(timeout) - max(0.0, time.monotonic() - started)
+    end = time.monotonic() + budget
     deferring = on_timeout == "defer"
-    config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=timeout)
 
     async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        # Reviewers see the real deadline: when this hook stops waiting — so a request a failed
+        # withdrawal leaves behind expires as the hook gives up — or with defer the route's
+        # (the agent comes back for the answer later).
+        left = max(end - time.monotonic(), 0.05)
+        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=left)
         return (await client.submit(event, config, metadata=metadata)).to_request()
 
     async def wait(request_id: str, limit: float) -> ApprovalRequest:
@@ -306,10 +311,13 @@ async def _review(
             cancelled = await client.get(request_id)
         return cancelled.to_request()
 
+    async def cancel_call(call_id: str, reason: str) -> ApprovalRequest | None:
+        found = await client.cancel_call(call_id, reason=reason)
+        return None if found is None else found.to_request()
+
     def report(line: str) -> None:
         print(f"approval-bot hook: {line}", file=stderr)
 
-    budget = time_budget(timeout) - max(0.0, time.monotonic() - started)
     try:
         return await answer_hook(
             dialect,  # type: ignore[arg-type]
@@ -319,6 +327,7 @@ async def _review(
             timeout=max(budget, 0.05),
             on_timeout=on_timeout,  # type: ignore[arg-type]
             cancel=cancel,
+            cancel_call=cancel_call,
             report=report,
         )
     finally:

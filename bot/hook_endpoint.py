@@ -116,12 +116,16 @@ class ClaudeCodeHook:
             metadata = hook_metadata(payload)
         except Exception:
             metadata = {}  # answer_hook denies input that does not validate
-        # The request's deadline is when the hook stops waiting, so reviewers see the real one;
-        # with defer the agent comes back for the answer later: the route's deadline.
         deferring = on_timeout == "defer"
-        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=hook_timeout)
+        budget = time_budget(hook_timeout) - (loop.time() - started)
+        end = loop.time() + budget
 
         async def submit(event: ApprovalEvent) -> ApprovalRequest:
+            # The request's deadline is when the hook stops waiting, so reviewers see the real
+            # one and a request a failed withdrawal leaves behind expires as the hook gives up;
+            # with defer the agent comes back for the answer later: the route's deadline.
+            left = max(end - loop.time(), 0.05)
+            config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=left)
             return await self.ctx.service.submit(
                 event, config, principal=principal.name, metadata=metadata
             )
@@ -132,12 +136,17 @@ class ClaudeCodeHook:
             )
             return result.request
 
+        async def cancel_call(call_id: str, reason: str) -> ApprovalRequest | None:
+            result = await self.ctx.service.cancel_call(
+                call_id, principal=principal.name, by=principal.name, reason=reason, via="hook"
+            )
+            return None if result is None else result.request
+
         async def wait(request_id: str, seconds: float) -> ApprovalRequest:
             decided = await self.ctx.waiter.wait(request_id, seconds)
             self.ctx.metrics.resumed(decided, "hook")
             return decided
 
-        budget = time_budget(hook_timeout) - (loop.time() - started)
         with self.ctx.metrics.parked("hook"):
             output = await answer_hook(
                 "claude-code",
@@ -147,6 +156,7 @@ class ClaudeCodeHook:
                 timeout=max(budget, 0.05),
                 on_timeout=on_timeout,
                 cancel=cancel,
+                cancel_call=cancel_call,
                 report=report,
             )
         return output or {}

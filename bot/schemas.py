@@ -101,6 +101,15 @@ class CancelApproval(BaseModel):
     reason: str | None = Field(default=None, max_length=MAX_TEXT)
 
 
+class CancelCall(BaseModel):
+    """Body of `POST /v1/calls/cancel`: withdraw the request the caller's `call_id` made."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    call_id: str = Field(min_length=1, max_length=200)
+    reason: str | None = Field(default=None, max_length=MAX_TEXT)
+
+
 class ApprovalObject(Approval):
     """The approval object as the API answers it (`approvals.approval.Approval`, no field of
     its own): every field present and no other, which is what the OpenAPI schema says."""
@@ -133,6 +142,7 @@ def openapi_document() -> dict[str, Any]:
         [
             (CreateApproval, "validation"),
             (CancelApproval, "validation"),
+            (CancelCall, "validation"),
             (ApprovalObject, "serialization"),
             (ErrorResponse, "serialization"),
             (HookInput, "validation"),
@@ -192,6 +202,36 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [id_param],
                 "requestBody": {"required": False, "content": _json(ref[CancelApproval])},
                 "responses": {"200": approval, **errors(404, 409, 413, 422)},
+            }
+        },
+        "/v1/calls/cancel": {
+            "post": {
+                "operationId": "cancelCall",
+                "summary": "Withdraw the approval a call_id made, if it made one",
+                "description": (
+                    "For a caller whose create was cut off in flight (it may have landed "
+                    "without the caller learning its id). Only the token's own principal's "
+                    "call ids are looked at. `approval` is the request as it stands "
+                    "afterwards (cancelled, or decided if a decision came first), or null "
+                    "when the call_id made none."
+                ),
+                "security": secured,
+                "requestBody": {"required": True, "content": _json(ref[CancelCall])},
+                "responses": {
+                    "200": {
+                        "description": "the request the call_id made, or null",
+                        "content": _json(
+                            {
+                                "type": "object",
+                                "required": ["approval"],
+                                "properties": {
+                                    "approval": {"anyOf": [ref[ApprovalObject], {"type": "null"}]}
+                                },
+                            }
+                        ),
+                    },
+                    **errors(413, 422),
+                },
             }
         },
         "/hooks/claude-code": {

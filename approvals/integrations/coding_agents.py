@@ -32,10 +32,12 @@ PermissionRequest) it is a deny and the request is withdrawn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -53,8 +55,10 @@ from approvals.grants import command_prefix
 # The timing rules live with the hook input (no pydantic there: the command hook's light path).
 from approvals.integrations.hook_input import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
 from approvals.integrations.hook_input import MAX_MARGIN_SECONDS as MAX_MARGIN_SECONDS
+from approvals.integrations.hook_input import MIN_ASK_SECONDS as MIN_ASK_SECONDS
 from approvals.integrations.hook_input import UNREACHABLE_REASON
 from approvals.integrations.hook_input import time_budget as time_budget
+from approvals.integrations.hook_input import withdraw_time as withdraw_time
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
 from approvals.slack_ids import USER_ID
 
@@ -77,6 +81,9 @@ MAX_JSON_DEPTH = 64
 Submit = Callable[[ApprovalEvent], Awaitable[ApprovalRequest]]
 Wait = Callable[[str, float], Awaitable[ApprovalRequest]]
 Cancel = Callable[[str, str], Awaitable[ApprovalRequest]]
+#: Withdraws the request a call id made, if it made one: `(call_id, reason)` → the request as
+#: it stands afterwards, or None (for a submit cut off in flight, whose id never came back).
+CancelCall = Callable[[str, str], Awaitable[ApprovalRequest | None]]
 #: Told each problem of a hook call in one line of plain words (the command hook's stderr).
 Report = Callable[[str], None]
 
@@ -444,10 +451,14 @@ def output_for_timeout(
     on_timeout: OnTimeout,
     timeout: float,
     request_id: str | None = None,
+    *,
+    why: str | None = None,
 ) -> dict[str, Any] | None:
-    """The hook output when no decision came within `timeout` seconds."""
+    """The hook output when no decision came within `timeout` seconds (`why`: another
+    account of it, for the reason the agent reads)."""
     ref = f" (request {request_id})" if request_id else ""
     timeout = round(timeout, 1)
+    said = why or f"No approval decision within {timeout:g} s{ref}"
     if on_timeout == "defer" and defers(dialect, event) and request_id:
         return pre_tool_use_output(
             "defer",
@@ -455,11 +466,9 @@ def output_for_timeout(
         )
     if on_timeout == "ask":
         if dialect == "claude-code" and event == "PreToolUse":
-            return pre_tool_use_output(
-                "ask", f"No approval decision within {timeout:g} s{ref}; please decide here."
-            )
+            return pre_tool_use_output("ask", f"{said}; please decide here.")
         return None  # no decision: the agent's own approval flow takes over
-    reason = f"No approval decision within {timeout:g} s{ref}; denied by default."
+    reason = f"{said}; denied by default."
     if event == "PreToolUse":
         return pre_tool_use_output("deny", reason)
     return permission_request_output("deny", reason)
@@ -526,18 +535,27 @@ async def answer_hook(
     timeout: float,  # noqa: ASYNC109 - a budget for submit + wait, each step told what is left
     on_timeout: OnTimeout = "deny",
     cancel: Cancel | None = None,
+    cancel_call: CancelCall | None = None,
     report: Report | None = None,
 ) -> dict[str, Any] | None:
     """Review one hook call: submit it, wait, answer — all within `timeout` seconds.
 
-    `timeout` is the hook's own timeout minus a margin (`time_budget`); the
-    agent takes a hook that runs past its timeout for no decision, so no step
-    (a hung submit, a slow withdraw) may outlast it. Returns the output JSON,
-    or None for "print nothing". Input that is not hook JSON raises
-    `InvalidRequest`; a call that cannot be reviewed (too large, say) and any
-    failure to submit or wait deny (fail closed). When no decision comes in
-    time, `cancel(id, reason)` (when given) withdraws the request so its Slack
-    message says so — and if a decision won the race, that decision is used.
+    `timeout` is the hook's own timeout minus a margin (`time_budget`), less what the agent's
+    clock already ran; the agent takes a hook that runs past its timeout for no decision, so
+    no step (a hung submit, a slow withdraw) may outlast it. Returns the output JSON, or None
+    for "print nothing". Input that is not hook JSON raises `InvalidRequest`; a call that
+    cannot be reviewed (too large, say) and any failure to submit or wait deny (fail closed).
+
+    With less than `MIN_ASK_SECONDS` left, nothing is submitted: the answer is the
+    `on_timeout` outcome ("no time left to ask a reviewer"). Otherwise a share of the budget
+    (`withdraw_time`) is kept back for withdrawing: when no decision comes in time,
+    `cancel(id, reason)` withdraws the request so its Slack message says so — and if a
+    decision won the race, that decision is used. When the submit itself is cut off (the
+    budget ran out, or this task was cancelled) the hook never learned the request's id, yet
+    the request may exist: `cancel_call(call_id, reason)` withdraws whatever the call id made.
+    A call without a call id gets a fresh one here, so it can always be found. Callers give
+    the request a deadline no later than the end of this budget, so whatever a failed
+    withdrawal leaves expires as the hook gives up.
     `report` (when given) is told every problem in one line of plain words: input refused,
     a failure (with what failed: an address, a refusal), no decision in time, a withdrawal
     that failed."""
@@ -548,8 +566,8 @@ async def answer_hook(
         on_timeout = "deny"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    # Withdrawing a request nobody decided has to fit in the budget too.
-    withdraw_time = min(1.0, max(0.1, timeout * 0.1), timeout / 2) if cancel else 0.0
+    # Withdrawing has to fit in the budget too: a share of it is kept back.
+    reserve = withdraw_time(timeout) if cancel or cancel_call else 0.0
     named = payload.get("hook_event_name") if isinstance(payload, Mapping) else None
     try:
         hook = parse_hook_input(payload)
@@ -561,24 +579,62 @@ async def answer_hook(
         tell(f"{e.message}; denied")
         return output_for_failure(shape, e.message)
     hook_event = hook.hook_event_name
+    if timeout < MIN_ASK_SECONDS:
+        # Too little left to ask meaningfully: a submit now could land and be cut off before
+        # its id comes back. Nothing is stored, nothing is posted.
+        left = max(timeout, 0.0)
+        log.info("hook out of time dialect=%s left=%.3f on_timeout=%s", dialect, left, on_timeout)
+        tell(f"no time left to ask a reviewer ({left:.2f} s of the hook's budget); {on_timeout}")
+        why = "No time left to ask a reviewer (the hook's timeout was all but spent)"
+        return for_dialect(
+            dialect, output_for_timeout(dialect, hook_event, on_timeout, timeout, why=why)
+        )
+    if event.call_id is None and cancel_call is not None:
+        # No stable id to retry on (nothing to lose), but one to find the request by.
+        event = event.model_copy(update={"call_id": f"hook:{uuid.uuid4().hex}"})
     request: ApprovalRequest | None = None
+    submitted = False
     try:
         try:
-            async with asyncio.timeout_at(deadline - withdraw_time):
+            async with asyncio.timeout_at(deadline - reserve):
                 request = await submit(event)
+                submitted = True
                 if request.is_pending:
-                    remaining = deadline - withdraw_time - loop.time()
+                    remaining = deadline - reserve - loop.time()
                     if remaining <= 0:
                         raise ApprovalTimeout(f"no time left to wait for {request.id}")
                     request = await wait(request.id, remaining)
+        except asyncio.CancelledError:
+            # Nobody will read the answer; withdraw what may stand, within the fixed share.
+            reason = "the hook was stopped before a decision; the call was not run"
+            if not submitted:
+                await _withdraw_call(dialect, event, cancel_call, reason, loop.time() + reserve)
+            elif request is not None and request.is_pending and cancel is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(reserve):
+                        await cancel(request.id, reason)
+            raise
         except (TimeoutError, ApprovalTimeout):
-            keep = on_timeout == "defer" and defers(dialect, hook_event)  # stays in Slack
-            if request is not None and request.is_pending and not keep:
-                request = await _withdraw(
-                    dialect, request, cancel, on_timeout, timeout, deadline, tell
+            if not submitted:
+                then = "the call was denied" if on_timeout != "ask" else f"{dialect} asked instead"
+                request = await _withdraw_call(
+                    dialect,
+                    event,
+                    cancel_call,
+                    f"the submit was cut off at the hook's {round(timeout, 1):g} s; {then}",
+                    deadline,
+                    tell,
                 )
+            else:
+                keep = on_timeout == "defer" and defers(dialect, hook_event)  # stays in Slack
+                if request is not None and request.is_pending and not keep:
+                    request = await _withdraw(
+                        dialect, request, cancel, on_timeout, timeout, deadline, tell
+                    )
             if request is None or request.status in ("pending", "cancelled"):
-                request_id = request.id if request is not None else None
+                # The id of a request we withdrew after a cut-off submit is not offered for a
+                # defer: the agent is told no decision came, and the request is gone.
+                request_id = request.id if request is not None and submitted else None
                 log.info(
                     "hook timed out dialect=%s id=%s on_timeout=%s", dialect, request_id, on_timeout
                 )
@@ -591,6 +647,13 @@ async def answer_hook(
                     output_for_timeout(dialect, hook_event, on_timeout, timeout, request_id),
                 )
     except Exception as e:  # fail closed: never let an unreviewed call through
+        landed = not isinstance(e, ApprovalError) or isinstance(e, StoreUnavailable)
+        if not submitted and landed:
+            # A submit whose answer was lost on the way back may still have landed; a refusal
+            # (bad input, a call id already used for another call) stored nothing of ours.
+            await _withdraw_call(
+                dialect, event, cancel_call, "the submit failed; the call was denied", deadline
+            )
         if isinstance(e, ApprovalError) and not isinstance(e, StoreUnavailable):
             log.info("hook review refused dialect=%s code=%s", dialect, e.code)
         else:
@@ -604,6 +667,36 @@ async def answer_hook(
     log.info("hook answered dialect=%s id=%s status=%s", dialect, request.id, request.status)
     suggestions = payload.get("permission_suggestions") if isinstance(payload, Mapping) else None
     return for_dialect(dialect, output_for_request(dialect, hook_event, request, suggestions))
+
+
+async def _withdraw_call(
+    dialect: Dialect,
+    event: ApprovalEvent,
+    cancel_call: CancelCall | None,
+    reason: str,
+    deadline: float,
+    tell: Report | None = None,
+) -> ApprovalRequest | None:
+    """Withdraw whatever a cut-off submit of `event` made (giving up at `deadline`, loop
+    time): the request as it stands afterwards, or None when there is none (or it could
+    not be withdrawn: then its deadline, the end of the hook's budget, ends it)."""
+    if cancel_call is None or event.call_id is None:
+        return None
+    try:
+        async with asyncio.timeout_at(deadline):
+            found = await cancel_call(event.call_id, reason)
+    except Exception as e:
+        log.warning("hook could not withdraw call error=%s", failure_reason(e))
+        if tell is not None:
+            why = e.message if isinstance(e, ApprovalError) else failure_reason(e)
+            tell(
+                "could not withdraw what the cut-off submit may have made (it expires at the "
+                f"end of the hook's budget): {why}"
+            )
+        return None
+    if found is not None:
+        log.info("hook withdrew a cut-off submit dialect=%s id=%s", dialect, found.id)
+    return found
 
 
 async def _withdraw(

@@ -37,6 +37,19 @@ from typing import Any, Literal
 DEFAULT_HOOK_TIMEOUT = 600.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0
+#: Below this much budget left (seconds), the hook does not ask at all: it answers its
+#: `on_timeout` outcome at once and submits nothing. A submit that starts with less would
+#: get under 0.15 s once the withdrawal's share (`WITHDRAW_SECONDS`) is kept back: on a
+#: loaded machine that is about one Redis or HTTP round trip, so the submit could land and be
+#: cut off before the hook learns its id, and no reviewer decides in that time anyway. (Only
+#: an instant policy rule or session grant could answer; giving that up is a deny, which is
+#: the safe side.) A spawned hook meets this when the agent's clock ran before it started.
+MIN_ASK_SECONDS = 0.25
+#: The least time kept back, inside the budget, for withdrawing what the hook asked (a
+#: request nobody waits on, or a submit cut off in flight): one round trip with room for a
+#: loaded machine; a tenth of longer budgets, at most 1 s. It comes out of the budget, never
+#: out of the margin kept before the agent's own timeout (`time_budget`).
+WITHDRAW_SECONDS = 0.1
 #: What an agent is told when the bot could not be reached at all.
 UNREACHABLE_REASON = "the approval bot could not be reached (is it running? check APPROVALS_URL)"
 
@@ -230,3 +243,9 @@ def time_budget(hook_timeout: float) -> float:
     (which would otherwise count as no decision): a margin of up to 2 s, a fifth of short ones."""
     margin = min(MAX_MARGIN_SECONDS, hook_timeout * 0.2)
     return max(0.05, hook_timeout - margin)
+
+
+def withdraw_time(budget: float) -> float:
+    """How much of `budget` is kept back for withdrawing: `WITHDRAW_SECONDS`, or a tenth of a
+    longer budget up to 1 s (never more than half the budget)."""
+    return min(max(WITHDRAW_SECONDS, min(1.0, budget * 0.1)), budget / 2)

@@ -513,6 +513,32 @@ class ApprovalStore:
         return await self.resolve(request_id, decision, status="cancelled")
 
     @_guard
+    async def cancel_call(
+        self,
+        call_id: str,
+        principal: str | None = None,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
+    ) -> ResolveResult | None:
+        """Withdraw the request `principal`'s `call_id` made, if any (None: it made none, or
+        that request is gone). For a caller whose create was cut off in flight: it may have
+        landed without the caller learning its id. The call-id marker names one request for
+        that request's whole life (replaced only once it has expired), and the cancel itself
+        is the atomic resolve (only a pending request changes), so the two steps need no
+        script of their own."""
+        marker = await self.redis.get(self.keys.call(call_id, principal))
+        if marker is None:
+            return None
+        text = marker.decode() if isinstance(marker, bytes) else str(marker)
+        request_id = text.split(" ", 1)[0]
+        try:
+            return await self.cancel(request_id, by=by, reason=reason, via=via)
+        except NotFound:
+            return None
+
+    @_guard
     async def vote(
         self,
         request_id: str,

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from approvals.integrations.hook_input import MAX_HOOK_BODY_BYTES
+from approvals.integrations.hook_input import MAX_HOOK_BODY_BYTES, time_budget
 from approvals.models import MAX_EVENT_BYTES, ApprovalEvent
 from approvals.policy_file import parse_policy
 from approvals.service import Actor, ApprovalService
@@ -546,9 +546,11 @@ async def test_hook_denies_bad_input_and_clamps_parameters(ctx: BotContext, clie
     out = (await resp.json())["hookSpecificOutput"]
     assert out["permissionDecision"] == "deny" and "tool_input" in out["permissionDecisionReason"]
     # Timeouts are clamped (0 → 1 s), an unreadable one is the 600 s default; an unknown
-    # on_timeout is deny: none is refused.
+    # on_timeout is deny: none is refused. The request's deadline is the hook's budget for
+    # that timeout (when it stops waiting), never later.
     cases = (("timeout=0", 1), ("timeout=abc", 600), ("on_timeout=allow", 600))
-    for n, (query, deadline) in enumerate(cases):
+    for n, (query, timeout) in enumerate(cases):
+        deadline = time_budget(timeout)
         body = hook_body(tool_use_id=f"toolu_clamp_{n}")
         call = asyncio.create_task(
             client.post(f"/hooks/claude-code?{query}", json=body, headers=AUTH)
@@ -556,7 +558,8 @@ async def test_hook_denies_bad_input_and_clamps_parameters(ctx: BotContext, clie
         request_id = await pending_id(ctx)
         found = await ctx.store.get(request_id)
         assert found.deadline_at is not None
-        assert abs((found.deadline_at - found.created_at).total_seconds() - deadline) < 1, query
+        given = (found.deadline_at - found.created_at).total_seconds()
+        assert deadline - 1 < given <= deadline + 0.001, query  # + rounding to ms
         await ctx.service.decide(request_id, "deny", Actor("U1"), reason="no")
         resp = await asyncio.wait_for(call, 5)
         assert resp.status == 200
@@ -571,6 +574,7 @@ async def test_openapi_document_describes_the_routes(client: Client) -> None:
         "/v1/approvals",
         "/v1/approvals/{id}",
         "/v1/approvals/{id}/cancel",
+        "/v1/calls/cancel",
         "/hooks/claude-code",
         "/openapi.json",
     }

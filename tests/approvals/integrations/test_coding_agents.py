@@ -439,7 +439,7 @@ async def test_defer_keeps_the_request_and_the_resumed_hook_gets_the_decision(
         payload,
         ctx.service.submit,
         ctx.waiter.wait,
-        timeout=0.2,
+        timeout=1.0,
         on_timeout="defer",
         cancel=cancel,
     )
@@ -456,7 +456,7 @@ async def test_defer_keeps_the_request_and_the_resumed_hook_gets_the_decision(
         payload,
         ctx.service.submit,
         ctx.waiter.wait,
-        timeout=0.2,
+        timeout=1.0,
         on_timeout="defer",
         cancel=cancel,
     )
@@ -474,7 +474,7 @@ async def test_defer_where_the_agent_cannot_defer_denies_and_withdraws(ctx: BotC
         claude("Bash", {"command": "ls"}),
         ctx.service.submit,
         ctx.waiter.wait,
-        timeout=0.2,
+        timeout=1.0,
         on_timeout="defer",
         cancel=cancel,
     )
