@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,7 +47,7 @@ from approvals.models import (
     Kind,
     Sensitivity,
 )
-from bot.mcp.waiting import WaitOptions, await_decision
+from bot.mcp.waiting import WaitOptions, await_decision, submit_or_withdraw
 
 log = logging.getLogger(__name__)
 
@@ -272,12 +273,19 @@ class ApprovalsServer:
     ) -> Approval | None:
         """Submit, then wait with progress; None when no decision came in time."""
         client = self.client_for(ctx)
-        approval = await client.submit(
-            event,
-            config,
-            route=route or self.options.route,
-            metadata={"via": "mcp", "mcp_tool": tool},
-            callback=callback,
+        if event.call_id is None:  # one to find the request by if the submit is cut off
+            event = event.model_copy(update={"call_id": f"mcp:{uuid.uuid4().hex}"})
+        asked = event
+        approval = await submit_or_withdraw(
+            client,
+            asked,
+            lambda: client.submit(
+                asked,
+                config,
+                route=route or self.options.route,
+                metadata={"via": "mcp", "mcp_tool": tool},
+                callback=callback,
+            ),
         )
         log.info("mcp %s id=%s status=%s", tool, approval.id, approval.status)
 

@@ -22,7 +22,8 @@ import anyio
 
 from approvals.approval import Approval
 from approvals.client import ApprovalClient
-from approvals.errors import ApprovalTimeout
+from approvals.errors import ApprovalTimeout, StoreUnavailable
+from approvals.models import ApprovalEvent
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,28 @@ async def await_decision(
     with anyio.CancelScope(shield=True):
         raced = await _withdraw(client, approval.id, "approval timeout")
     return raced if raced is not None and not raced.is_pending else None
+
+
+async def submit_or_withdraw(
+    client: ApprovalClient, event: ApprovalEvent, submit: Callable[[], Awaitable[Approval]]
+) -> Approval:
+    """`submit()` (which asks for `event`, whose call id is set); when it is cut off in flight
+    (the MCP client cancelled, or its answer was lost: the store or the bot unreachable) the
+    request may exist though its id never came back, so whatever the call id made is
+    withdrawn (shielded, bounded) before the cancellation or the error goes on: a reviewer
+    must not approve a call nobody waits for."""
+    try:
+        return await submit()
+    except (anyio.get_cancelled_exc_class(), StoreUnavailable):
+        if event.call_id is None:
+            raise
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.fail_after(WITHDRAW_SECONDS):
+                    await client.cancel_call(event.call_id, reason="the call was cut off")
+            except Exception as e:
+                log.warning("could not withdraw a cut-off submit error=%r", e)
+        raise
 
 
 async def _withdraw(client: ApprovalClient, request_id: str, reason: str) -> Approval | None:

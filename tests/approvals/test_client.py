@@ -443,3 +443,15 @@ def test_threaded_transport_stops_its_thread_when_the_factory_fails() -> None:
     with pytest.raises(ValueError, match="no transport"):
         SyncApprovalClient(broken)
     assert "approvals-client" not in {t.name for t in threading.enumerate()} - before
+
+
+async def test_cancel_call_withdraws_what_a_call_id_made(client: ApprovalClient) -> None:
+    """Every transport: a submit cut off in flight is withdrawn by its call id (None when
+    the call id made nothing)."""
+    assert await client.cancel_call("never-made", reason="cut off") is None
+    made = await client.request("deploy", {"env": "prod"}, call_id="cut-1")
+    assert made.is_pending
+    found = await client.cancel_call("cut-1", reason="cut off")
+    assert found is not None
+    assert (found.id, found.status, found.reason) == (made.id, "cancelled", "cut off")
+    assert (await client.get(made.id)).status == "cancelled"

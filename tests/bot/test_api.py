@@ -314,6 +314,37 @@ async def test_cancelling_a_decided_request_is_409(ctx: BotContext, client: Clie
     assert (await error_of(resp, 404))["code"] == "not_found"
 
 
+async def test_cancel_a_call_id_withdraws_only_the_tokens_own_request(ctx: BotContext) -> None:
+    """`POST /v1/calls/cancel`: for a create cut off in flight (its id never came back). A
+    token finds only its own principal's call ids; another's is as unknown: nothing."""
+    ctx.api_tokens = ("first", "second")
+    c = await make_client(ctx)
+    try:
+        first = {"Authorization": "Bearer first"}
+        second = {"Authorization": "Bearer second"}
+        body = {"tool_name": "deploy", "arguments": {}, "call_id": "c-7"}
+        made = await (await c.post("/v1/approvals", json=body, headers=first)).json()
+        resp = await c.post("/v1/calls/cancel", json={"call_id": "c-7"}, headers=second)
+        assert resp.status == 200 and await resp.json() == {"approval": None}
+        assert (await ctx.store.get(made["id"])).status == "pending"
+        resp = await c.post(
+            "/v1/calls/cancel", json={"call_id": "c-7", "reason": "cut off"}, headers=first
+        )
+        found = (await resp.json())["approval"]
+        assert (found["id"], found["status"], found["reason"]) == (
+            made["id"],
+            "cancelled",
+            "cut off",
+        )
+        assert found["decided_by"] == derived_name("first")
+        resp = await c.post("/v1/calls/cancel", json={"call_id": ""}, headers=first)
+        assert (await error_of(resp, 422))["code"] == "invalid_request"
+        resp = await c.post("/v1/calls/cancel", json={"call_id": "c-7"})
+        await error_of(resp, 401)
+    finally:
+        await c.close()
+
+
 async def test_long_poll_returns_on_the_decision(ctx: BotContext, client: Client) -> None:
     made = await create(client)
 
@@ -422,6 +453,31 @@ async def pending_id(ctx: BotContext) -> str:
             return pending[0].id
         await asyncio.sleep(0.01)
     raise AssertionError("the hook never created a request")
+
+
+async def test_hook_endpoint_withdraws_a_submit_its_budget_cut_off(
+    ctx: BotContext, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The http hook shares the runner: a create that lands and then stalls past the budget
+    is withdrawn by its call id, and the request's deadline is the hook's budget."""
+    original = ctx.service.submit
+    landed: list[str] = []
+
+    async def lands_then_stalls(*args: Any, **kwargs: Any) -> Any:
+        request = await original(*args, **kwargs)
+        landed.append(request.id)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(ctx.service, "submit", lands_then_stalls)
+    resp = await client.post("/hooks/claude-code?timeout=3", json=hook_body(), headers=AUTH)
+    assert resp.status == 200
+    out = (await resp.json())["hookSpecificOutput"]
+    assert out["permissionDecision"] == "deny"
+    (request_id,) = landed
+    found = await ctx.store.get(request_id)
+    assert found.status == "cancelled"
+    assert found.deadline_at is not None and found.created_at is not None
+    assert (found.deadline_at - found.created_at).total_seconds() <= time_budget(3) + 0.001
 
 
 async def test_hook_blocks_until_approved(ctx: BotContext, client: Client) -> None:

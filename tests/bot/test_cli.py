@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from approvals.approval import approval_object
 from approvals.integrations.hook_input import time_budget
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.store.store import ApprovalStore
 from bot.cli import build_parser, duration, main
 from bot.context import BotContext
 from bot.hook_command import bot_timeout, hook_options
@@ -369,7 +370,10 @@ async def test_hook_run_as_the_program_counts_from_the_process_spawn(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Spawned by the agent (argv from the command line): the agent's clock started at the
-    # spawn, so a process that is already past the timeout answers at once.
+    # spawn, so a process that is already past the timeout answers at once — and, with no
+    # time left to ask anyone, asks no one: nothing is submitted, so no request (with live
+    # Slack buttons) can be left behind by a submit its own budget cuts off. The reason says
+    # it had no time: with the 20 s granted afresh it would have asked and waited ~16 s.
     monkeypatch.setattr("bot.spawn.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_spawn")))
     monkeypatch.setattr("sys.argv", ["approval-bot", "hook", "claude-code", "--timeout", "20"])
@@ -377,9 +381,46 @@ async def test_hook_run_as_the_program_counts_from_the_process_spawn(
     started = loop.time()
     assert await asyncio.to_thread(main) == 0
     assert loop.time() - started < 15, "the spent budget is not granted again"
-    out = json.loads(capsys.readouterr().out)["hookSpecificOutput"]
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)["hookSpecificOutput"]
     assert out["permissionDecision"] == "deny"
-    assert await ctx.store.list_pending() == []  # withdrawn
+    assert out["permissionDecisionReason"].startswith("No time left to ask a reviewer")
+    assert captured.err.startswith("approval-bot hook: no time left to ask a reviewer")
+    assert captured.err.count("\n") == 1
+    assert await ctx.store.audit_entries() == []  # not one request written, nothing posted
+    assert await ctx.store.list_pending() == []
+
+
+@pytest.mark.parametrize("dialect", ["claude-code", "codex"])
+async def test_hook_withdraws_a_submit_its_budget_cut_off_after_it_landed(
+    cli_env: None,
+    ctx: BotContext,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    dialect: str,
+) -> None:
+    """The Redis transport: the create reaches Redis, then its answer stalls past the hook's
+    budget (a loaded machine). The hook never learns the id, yet withdraws the request by its
+    call id: the agent reads a deny and no reviewer can approve what it gave up on."""
+    original = ApprovalStore.create
+    landed: list[str] = []
+
+    async def lands_then_stalls(self: ApprovalStore, *args: Any, **kwargs: Any) -> Any:
+        result = await original(self, *args, **kwargs)
+        landed.append(result.request.id)
+        await asyncio.Event().wait()  # only the hook's budget ends this
+
+    monkeypatch.setattr(ApprovalStore, "create", lands_then_stalls)
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id=f"toolu_cut_{dialect}")))
+    # 3 s: a 2.4 s budget, 0.24 s of it kept back for the withdrawal.
+    assert await cli("hook", dialect, "--timeout", "3") == 0
+    captured = capsys.readouterr()
+    assert deny_reason(captured.out).startswith("No approval decision within")
+    assert captured.err.startswith("approval-bot hook: no decision within")
+    assert captured.err.count("\n") == 1  # one plain line
+    (request_id,) = landed
+    assert (await ctx.store.get(request_id)).status == "cancelled"
+    assert await ctx.store.list_pending() == []
 
 
 async def test_codex_hook_pre_tool_use_and_permission_request(

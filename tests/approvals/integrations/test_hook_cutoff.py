@@ -242,18 +242,21 @@ async def test_a_hook_cancelled_in_flight_withdraws_what_it_made(ctx: BotContext
     """The http hook's client went away mid-submit: nobody reads the answer, and nothing is
     left approvable."""
     landed: list[str] = []
+    in_flight = asyncio.Event()
+
+    async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        request = await ctx.service.submit(event, ApprovalConfig(deadline_seconds=60))
+        landed.append(request.id)
+        in_flight.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
     run = asyncio.create_task(
         answer_hook(
-            "claude-code",
-            claude(),
-            stalls_after_landing(ctx.service, landed),
-            never_waited,
-            timeout=60.0,
-            **hook_parts(ctx.service),
+            "claude-code", claude(), submit, never_waited, timeout=60.0, **hook_parts(ctx.service)
         )
     )
-    while not landed:
-        await asyncio.sleep(0.01)
+    await in_flight.wait()
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
