@@ -25,6 +25,7 @@ from approvals.integrations.hook_input import (
     DEFAULT_HOOK_TIMEOUT,
     MAX_HOOK_BODY_BYTES,
     MAX_MARGIN_SECONDS,
+    MIN_ASK_SECONDS,
     MIN_HOOK_TIMEOUT_SECONDS,
     UNREACHABLE_REASON,
     HookBody,
@@ -201,6 +202,28 @@ def forward(
     shape = body.shape
     elapsed = max(0.0, time.monotonic() - started)
     budget = max(time_budget(timeout) - elapsed, 0.05)  # answer before the agent gives up
+
+    def report(line: str) -> None:
+        print(f"approval-bot hook: {line}", file=stderr)
+
+    if time_budget(timeout) - elapsed < MIN_ASK_SECONDS:
+        # As `answer_hook`: too little left to ask anyone, so nothing is sent (the bot would
+        # post a request for at least its least timeout, 1 s, that nobody waits on).
+        report(
+            f"no time left to ask a reviewer ({budget:.2f} s of the hook's budget); {on_timeout}"
+        )
+        why = "No time left to ask a reviewer (the hook's timeout was all but spent)"
+        if on_timeout == "ask":
+            if shape != "PreToolUse":
+                return None  # no decision: the agent's own approval flow takes over
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "ask",
+                    "permissionDecisionReason": f"{why}; please decide here.",
+                }
+            }
+        return deny(shape, f"{why}; denied by default.")
     parts = urlsplit(url)
     query = urlencode({"timeout": f"{bot_timeout(budget):.3f}", "on_timeout": on_timeout})
     payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
@@ -209,9 +232,6 @@ def forward(
         connection = http.client.HTTPSConnection(parts.netloc, timeout=budget)
     else:
         connection = http.client.HTTPConnection(parts.netloc, timeout=budget)
-
-    def report(line: str) -> None:
-        print(f"approval-bot hook: {line}", file=stderr)
 
     try:
         connection.request(

@@ -391,6 +391,41 @@ async def test_hook_run_as_the_program_counts_from_the_process_spawn(
     assert await ctx.store.list_pending() == []
 
 
+@pytest.mark.parametrize("on_timeout", ["deny", "ask"])
+async def test_forwarding_hook_with_no_time_left_sends_nothing(
+    cli_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    on_timeout: str,
+) -> None:
+    """With a bot URL the Claude Code hook forwards to /hooks/claude-code; with its budget
+    spent at the spawn it does not even connect (the bot would post a request for its least
+    timeout, 1 s, that nobody waits on)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    monkeypatch.setenv("APPROVALS_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("APPROVALS_TOKEN", "test-token")
+    monkeypatch.setattr("bot.spawn.process_age", lambda: 600.0)
+    monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_fwd")))
+    argv = ["approval-bot", "hook", "claude-code", "--timeout", "20", "--on-timeout", on_timeout]
+    monkeypatch.setattr("sys.argv", argv)
+    try:
+        assert await asyncio.to_thread(main) == 0
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    finally:
+        listener.close()
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)["hookSpecificOutput"]
+    assert out["permissionDecision"] == on_timeout
+    assert out["permissionDecisionReason"].startswith("No time left to ask a reviewer")
+    assert captured.err.startswith("approval-bot hook: no time left to ask a reviewer")
+    assert captured.err.count("\n") == 1
+
+
 @pytest.mark.parametrize("dialect", ["claude-code", "codex"])
 async def test_hook_withdraws_a_submit_its_budget_cut_off_after_it_landed(
     cli_env: None,
