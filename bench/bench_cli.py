@@ -23,7 +23,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import add_redis_arguments, machine, redis_server, summarize_ms, table, verdict
+from bench.common import (
+    add_redis_arguments,
+    free_port,
+    machine,
+    redis_server,
+    summarize_ms,
+    table,
+    verdict,
+)
 
 HELP_TARGET_MS = 150.0
 HOOK_TARGET_MS = 300.0
@@ -89,12 +96,6 @@ def timed(
         cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         CPU.setdefault(figure, []).append(cpu)
     return elapsed, done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(port: int, proc: subprocess.Popen[bytes], within: float = 60) -> None:

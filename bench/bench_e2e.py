@@ -18,11 +18,9 @@ import asyncio
 import contextlib
 import gc
 import json
-import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -43,13 +41,16 @@ from bench.common import (
     add_redis_arguments,
     count_clients,
     delete_prefix,
+    free_port,
     machine,
-    redis_server,
     rss_kib,
+    run_against_redis,
+    serve_env,
     server_name,
     summarize_ms,
     table,
     verdict,
+    wait_healthz,
 )
 from bot import ids
 from bot.app import Bot, BotConfig
@@ -356,12 +357,6 @@ def rss_peak_kib() -> int:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _py_spy(pid: int, path: str | None) -> subprocess.Popen[bytes] | None:
     """py-spy sampling `pid` into `path` (collapsed stacks) until sent SIGINT; None without
     a path. py-spy is not a dependency: `pip install py-spy` into the venv to use it."""
@@ -395,39 +390,20 @@ async def _serve(
 ) -> tuple[Any, int]:
     """`approval-bot serve` in its own process against the emulator, Slack pacing off (the
     one difference from production, as in-process), once /healthz answers."""
-    port = _free_port()
-    env = dict(os.environ)
-    for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
-        env.pop(name, None)
-    env.update(
-        REDIS_URL=url,
-        APPROVALS_PREFIX=keys.prefix,
-        PORT=str(port),
-        SLACK_BOT_TOKEN=slack.token,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-        APPROVALS_API_TOKENS=API_TOKEN,
-        APPROVALS_DEFAULT_CHANNEL=CHANNEL,
-        APPROVALS_SLACK_PACING="false",
-        LOG_LEVEL="WARNING",
-    )
+    port = free_port()
+    env = serve_env(url, keys.prefix, port, slack, API_TOKEN)
     exe = exe or os.path.join(os.path.dirname(sys.executable), "approval-bot")
     command = [exe, "serve"]
     if cprofile:  # the same bot under cProfile, switched on for the load phase by SIGUSR1
         wrapper = PROFILED_SERVE
         command = [os.path.join(os.path.dirname(exe), "python"), wrapper, cprofile]
     proc = subprocess.Popen(command, env=env)  # noqa: ASYNC220 - once, before timing
-    async with aiohttp.ClientSession() as http:
-        for _ in range(300):
-            if proc.poll() is not None:
-                raise RuntimeError(f"approval-bot serve exited with {proc.returncode}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return proc, port
-            await asyncio.sleep(0.1)
-    proc.terminate()
-    raise RuntimeError("approval-bot serve did not answer /healthz within 30 s")
+    try:
+        await wait_healthz(proc, f"http://127.0.0.1:{port}")
+    except BaseException:
+        proc.terminate()  # a no-op when it has exited
+        raise
+    return proc, port
 
 
 @contextlib.asynccontextmanager
@@ -894,9 +870,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
-    with redis_server(args.redis_url, embedded=args.embedded) as url:
-        result = asyncio.run(main_async(args, url))
+    result = run_against_redis(args, main_async)
     result["checks"] = checks(result)
     print_report(result)
     print(json.dumps(result, separators=(",", ":")))

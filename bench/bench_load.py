@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
 import signal
 import time
 import uuid
@@ -40,7 +39,7 @@ from bench.common import (
     delete_prefix,
     machine,
     recv,
-    redis_server,
+    run_against_redis,
     spawn,
     summarize_ms,
     table,
@@ -452,9 +451,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
-    with redis_server(args.redis_url, embedded=args.embedded) as url:
-        result = asyncio.run(main_async(args, url))
+    result = run_against_redis(args, main_async)
     result["reviewers"] = args.reviewers
     result["checks"] = checks(result)
     print_report(result)

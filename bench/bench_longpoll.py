@@ -42,17 +42,20 @@ from bench.bench_waiters import run_floor
 from bench.common import (
     add_redis_arguments,
     delete_prefix,
+    free_port,
     machine,
     pace,
-    redis_server,
+    run_against_redis,
+    serve_env,
     server_name,
     spawn,
     summarize_ms,
     table,
     verdict,
+    wait_healthz,
 )
 from bot import ids
-from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
+from tests.support.e2e import CHANNEL, Reviewer, sign
 from tests.support.slack_emulator import SlackEmulator
 
 API_TOKEN = "bench-token"
@@ -143,14 +146,6 @@ class BotProcess:
         return last
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def bot_process(
     url: str,
@@ -160,37 +155,13 @@ async def bot_process(
     cwd: str | None = None,
 ) -> AsyncIterator[BotProcess]:
     """`approval-bot serve` (this checkout's code, or `cwd`'s: `-c` imports from there)."""
-    port = _free_port()
-    env = dict(os.environ)
-    for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
-        env.pop(name, None)
-    env.update(
-        REDIS_URL=url,
-        APPROVALS_PREFIX=keys.prefix,
-        PORT=str(port),
-        SLACK_BOT_TOKEN=slack.token,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=slack.api_url,
-        APPROVALS_API_TOKENS=API_TOKEN,
-        APPROVALS_DEFAULT_CHANNEL=CHANNEL,
-        APPROVALS_SLACK_PACING="false",
-        LOG_LEVEL="WARNING",
-    )
+    port = free_port()
+    env = serve_env(url, keys.prefix, port, slack, API_TOKEN)
     argv = [sys.executable, "-c", SERVE, *([profile_to] if profile_to else [])]
     proc = subprocess.Popen(argv, env=env, cwd=cwd)  # noqa: ASYNC220
     bot = BotProcess(proc, f"http://127.0.0.1:{port}")
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"approval-bot serve exited with {proc.returncode}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{bot.base}/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                await asyncio.sleep(0.1)
-            else:
-                raise RuntimeError("approval-bot serve did not answer /healthz within 30 s")
+        await wait_healthz(proc, bot.base)
         yield bot
     finally:
         proc.terminate()
@@ -446,7 +417,7 @@ async def memory_phase(
 async def bare_phase(n: int) -> dict[str, Any]:
     """N long-polls parked on a bare aiohttp server: what aiohttp and asyncio alone cost per
     parked request on this machine (same agents, same request, same headers)."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", BARE, str(port)])  # noqa: ASYNC220
     server = BotProcess(proc, f"http://127.0.0.1:{port}")
     try:
@@ -789,15 +760,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     # Each side holds one socket per long-poll: lift the soft limit (children inherit it).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(soft, min(hard, 2 * max(args.sizes, default=0) + 1024))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     if want < max(args.sizes, default=0) + 512:  # per process: each holds one end
         raise SystemExit(f"RLIMIT_NOFILE hard limit {hard} is too low for {max(args.sizes)}")
-    with redis_server(args.redis_url, embedded=args.embedded) as url:
-        result = asyncio.run(main_async(args, url))
+    result = run_against_redis(args, main_async)
     result["targets"] = judge(result)
     print_report(result)
     print(json.dumps(result, separators=(",", ":")))

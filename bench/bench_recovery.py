@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -32,16 +31,17 @@ from approvals.service import ApprovalService
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
-from bench.common import add_redis_arguments, delete_prefix, machine, redis_server, table
+from bench.common import (
+    add_redis_arguments,
+    delete_prefix,
+    free_port,
+    machine,
+    redis_server,
+    table,
+)
 from bot.app import Bot, BotConfig
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 from tests.support.slack_emulator import SlackEmulator
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from bench.common import (
     add_redis_arguments,
     delete_prefix,
     machine,
-    redis_server,
+    run_against_redis,
     summarize_ms,
     table,
     verdict,
@@ -285,9 +285,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.ERROR, format="%(name)s %(levelname)s %(message)s")
-    with redis_server(args.redis_url, embedded=args.embedded) as url:
-        result = asyncio.run(run(args, url))
+    result = run_against_redis(args, run, logging.ERROR)
     print_report(result)
     print(json.dumps(result, separators=(",", ":")))
 

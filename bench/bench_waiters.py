@@ -42,8 +42,8 @@ from bench.common import (
     machine,
     pace,
     recv,
-    redis_server,
     rss_kib,
+    run_against_redis,
     server_name,
     spawn,
     summarize_ms,
@@ -633,9 +633,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
-    with redis_server(args.redis_url, embedded=args.embedded) as url:
-        result = asyncio.run(main_async(args, url))
+    result = run_against_redis(args, main_async)
     print(json.dumps(result, separators=(",", ":")))
 
 

@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts: Redis selection, run facts, percentiles, RSS,
-client counts, GC pauses, child processes and pacing.
+client counts, GC pauses, child processes, `approval-bot serve` in its own process, pacing and
+a script's `main`.
 
 The scripts run as modules from the repository root: `python -m bench.bench_e2e`.
 """
@@ -8,23 +9,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
+import logging
 import math
 import multiprocessing as mp
 import os
 import platform
+import socket
+import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+import aiohttp
 import redis as redis_sync
 from redis.asyncio import Redis
 
 from bot import embedded_redis
 from tests.support import delete_prefix as delete_prefix  # re-exported for the scripts
+from tests.support.e2e import CHANNEL, SIGNING_SECRET
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -239,3 +246,64 @@ async def pace(start: float, k: int, rate: float) -> None:
     delay = start + k / rate - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- approval-bot serve in its own process -----------------------------------------------
+
+
+def serve_env(url: str, prefix: str, port: int, slack: Any, api_token: str) -> dict[str, str]:
+    """The environment of `approval-bot serve` against the Slack emulator `slack`: this
+    process's, less the Socket Mode token, policy file and admin tokens, and Slack pacing off
+    (the one difference from production)."""
+    env = dict(os.environ)
+    for name in ("SLACK_APP_TOKEN", "APPROVALS_POLICY_FILE", "APPROVALS_ADMIN_TOKENS"):
+        env.pop(name, None)
+    env.update(
+        REDIS_URL=url,
+        APPROVALS_PREFIX=prefix,
+        PORT=str(port),
+        SLACK_BOT_TOKEN=slack.token,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=slack.api_url,
+        APPROVALS_API_TOKENS=api_token,
+        APPROVALS_DEFAULT_CHANNEL=CHANNEL,
+        APPROVALS_SLACK_PACING="false",
+        LOG_LEVEL="WARNING",
+    )
+    return env
+
+
+async def wait_healthz(proc: subprocess.Popen[bytes], base: str) -> None:
+    """Until `base`/healthz answers 200; `RuntimeError` if `proc` exits or 30 s pass first."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            if proc.poll() is not None:
+                raise RuntimeError(f"approval-bot serve exited with {proc.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"{base}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    raise RuntimeError("approval-bot serve did not answer /healthz within 30 s")
+
+
+# -- a script's main ---------------------------------------------------------------------
+
+
+def run_against_redis(
+    args: argparse.Namespace,
+    main_async: Callable[[argparse.Namespace, str], Coroutine[Any, Any, dict[str, Any]]],
+    level: int = logging.WARNING,
+) -> dict[str, Any]:
+    """Log at `level`, pick the Redis of `--redis-url`/`--embedded` (`redis_server`) and run
+    `main_async(args, url)` on it; the server, if a throwaway one, is stopped before return."""
+    logging.basicConfig(level=level, format="%(name)s %(levelname)s %(message)s")
+    with redis_server(args.redis_url, embedded=args.embedded) as url:
+        return asyncio.run(main_async(args, url))
