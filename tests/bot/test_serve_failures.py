@@ -128,13 +128,17 @@ async def black_hole() -> AsyncIterator[str]:
     await server.wait_closed()
 
 
-async def run_serve(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, list[str]]:
-    """`approval-bot serve` as its own process; its stderr lines collect in the list."""
+async def run_serve(
+    env: dict[str, str], module: str = "bot.cli"
+) -> tuple[asyncio.subprocess.Process, list[str], asyncio.Task[None]]:
+    """`python -m <module> serve` (`approval-bot serve`) as its own process, with this
+    process's environment less SLACK_*, APPROVALS_* and REDIS*, plus `env`. Its stderr lines
+    collect in the list; the task ends when the process closes its stderr."""
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "serve",
+        sys.executable, "-m", module, "serve",
         env={**base, **env}, cwd=REPO,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -145,8 +149,7 @@ async def run_serve(env: dict[str, str]) -> tuple[asyncio.subprocess.Process, li
         async for line in proc.stderr:
             lines.append(line.decode(errors="replace").rstrip("\n"))
 
-    asyncio.get_running_loop().create_task(collect())
-    return proc, lines
+    return proc, lines, asyncio.create_task(collect())
 
 
 async def wait_line(lines: list[str], text: str, within: float = 30) -> None:
@@ -176,7 +179,7 @@ async def test_a_signal_stops_serve_within_5_s_in_every_phase(
         env["SLACK_API_URL"] = black_hole  # Slack never answers
     else:
         slack.set_latency(3600, "apps.connections.open")  # the socket never opens
-    proc, lines = await run_serve(env)
+    proc, lines, _ = await run_serve(env)
     try:
         if phase == "redis":
             await wait_line(lines, "unreachable (attempt 1)")
@@ -291,26 +294,12 @@ async def test_a_signal_stops_serve_while_the_embedded_redis_starts(
         held = os.open(data / "redis" / embedded_redis.LOCK_FILE, os.O_RDWR | os.O_CREAT)
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+        "PATH": f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PORT": str(free_port()),
+        "APPROVALS_DATA_DIR": str(data),
+        "LOG_LEVEL": "INFO",
     }
-    env.update(
-        PATH=f"{fake.parent}{os.pathsep}{env.get('PATH', '')}",
-        PORT=str(free_port()),
-        APPROVALS_DATA_DIR=str(data),
-        LOG_LEVEL="INFO",
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.fresh_machine", "serve",
-        env=env, cwd=REPO, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    lines: list[str] = []
-
-    async def collect() -> None:
-        assert proc.stderr is not None
-        async for line in proc.stderr:
-            lines.append(line.decode(errors="replace").rstrip("\n"))
-
-    collector = asyncio.create_task(collect())
+    proc, lines, collector = await run_serve(env, "tests.support.fresh_machine")
     try:
         if phase == "starting":
             deadline = time.monotonic() + 30

@@ -20,24 +20,10 @@ from approvals.service import Actor
 from approvals.store.keys import Keys
 from bot import dispatcher as dispatcher_module
 from bot.app import Bot
-from bot.dispatcher import DispatcherOptions
-from tests.support.e2e import CHANNEL, BotFactory, has_actions
+from tests.support.e2e import CHANNEL, BotFactory, fast_dispatcher, has_actions
 from tests.support.slack_emulator import SlackEmulator
 
 OPS = Actor("cli:ops", via="cli")
-
-
-def fast(**kw: Any) -> DispatcherOptions:
-    options: dict[str, Any] = {
-        "pacing": False,
-        "read_block_ms": 100,
-        "backoff_base": 0.05,
-        "backoff_max": 0.3,
-        "heartbeat_interval": 0.1,
-        "heartbeat_ttl": 0.5,
-        "reap_interval": 0.1,
-    }
-    return DispatcherOptions(**(options | kw))
 
 
 async def submit(bot: Bot, tool: str = "deploy") -> str:
@@ -80,10 +66,10 @@ async def test_slow_post_with_two_replicas_is_posted_once(
     # Replica A posts slowly; while its post is in flight, replica B is handed another post
     # entry for the same request (a redelivery). B must leave it to A: the post lock.
     slack.set_latency(1.5, "chat.postMessage")
-    a = await make_bot(dispatcher=fast(max_in_flight=1))  # A reads nothing while busy
+    a = await make_bot(dispatcher=fast_dispatcher(max_in_flight=1))  # A reads nothing while busy
     rid = await submit(a)
     await slack.wait_until(lambda: slack.arrived("chat.postMessage") == 1, 5, "A's post")
-    b = await make_bot(dispatcher=fast())
+    b = await make_bot(dispatcher=fast_dispatcher())
     assert b.dispatcher is not None
     await redis.xadd(keys.outbox, {"op": "post", "id": rid, "channel": CHANNEL})
     await slack.wait_for("chat.postMessage", 1, timeout=5)
@@ -98,7 +84,7 @@ async def test_decision_while_post_is_in_flight_is_drawn_once(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
     slack.set_latency(1.0, "chat.postMessage")
-    bot = await make_bot(dispatcher=fast())
+    bot = await make_bot(dispatcher=fast_dispatcher())
     assert bot.ctx is not None
     rid = await submit(bot)
     await slack.wait_until(lambda: slack.arrived("chat.postMessage") == 1, 5, "the post")
@@ -117,7 +103,7 @@ async def test_redelivered_post_entry_is_not_posted_again(
     make_bot: BotFactory, slack: SlackEmulator, redis: Redis, keys: Keys, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(dispatcher_module, "POST_LOCK_SECONDS", 1)
-    bot = await make_bot(dispatcher=fast())
+    bot = await make_bot(dispatcher=fast_dispatcher())
     rid = await submit(bot)
     await slack.wait_for("chat.postMessage", 1, timeout=5)
     await drained(redis, keys)
@@ -137,7 +123,7 @@ async def test_slack_outage_longer_than_the_attempt_budget_keeps_the_post_owed(
 ) -> None:
     caplog.set_level(logging.INFO, logger="bot.dispatcher")
     slack.start_outage(503)
-    bot = await make_bot(dispatcher=fast(max_attempts=2))
+    bot = await make_bot(dispatcher=fast_dispatcher(max_attempts=2))
     assert bot.ctx is not None
     rid = await submit(bot)
     # Well past the old budget of 8 attempts (and of this bot's own 2 quick retries).
@@ -158,7 +144,7 @@ async def test_slack_outage_longer_than_the_attempt_budget_keeps_the_post_owed(
 async def test_an_entry_whose_handling_failed_is_retried(
     make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
 ) -> None:
-    bot = await make_bot(dispatcher=fast())
+    bot = await make_bot(dispatcher=fast_dispatcher())
     assert bot.ctx is not None
     real = bot.ctx.store.get_with_row  # the dispatcher's read of the entry's request
     failures = []
@@ -182,7 +168,7 @@ async def test_a_post_slack_answers_after_the_client_timeout_is_adopted(
     # Slack posts at once but answers after the bot gave up (slack_timeout): the retry
     # finds the message in the channel's history and adopts it instead of posting again.
     slack.answer_late_next("chat.postMessage", 1.5)
-    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    bot = await make_bot(dispatcher=fast_dispatcher(), slack_timeout=0.4)
     assert bot.ctx is not None
     rid = await submit(bot)
 
@@ -212,7 +198,7 @@ async def test_a_duplicate_that_lands_late_is_drawn_when_the_request_ends(
     # The first post is slow at Slack: the bot gives up, finds nothing in history, posts
     # again; then Slack finishes the first one too. Two copies: both must lose their buttons.
     slack.slow_next("chat.postMessage", 1.5)
-    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    bot = await make_bot(dispatcher=fast_dispatcher(), slack_timeout=0.4)
     assert bot.ctx is not None
     rid = await submit(bot)
     await slack.wait_until(lambda: len(copies_of(slack, rid)) == 2, 10, "both copies")
@@ -231,7 +217,7 @@ async def test_without_the_history_scope_a_lost_post_is_sent_again_with_a_warnin
     # earlier copy. It must still post (an agent is waiting) and say what to fix.
     slack.scopes = {"chat:write", "im:write", "usergroups:read"}
     slack.answer_late_next("chat.postMessage", 1.0)
-    bot = await make_bot(dispatcher=fast(), slack_timeout=0.4)
+    bot = await make_bot(dispatcher=fast_dispatcher(), slack_timeout=0.4)
     assert bot.ctx is not None
     rid = await submit(bot)
     await slack.wait_for("chat.postMessage", 2, timeout=10)
@@ -252,7 +238,7 @@ async def test_a_replica_holds_at_most_max_in_flight_entries(
     slack.set_latency(0.2, "chat.postMessage")
     creator = await make_bot(with_slack=False)
     rids = [await submit(creator, f"tool{i}") for i in range(12)]
-    bot = await make_bot(dispatcher=fast(max_in_flight=4))
+    bot = await make_bot(dispatcher=fast_dispatcher(max_in_flight=4))
     assert bot.dispatcher is not None
     held = []
     while len(slack.calls_to("chat.postMessage", ok=True)) < len(rids):

@@ -26,7 +26,7 @@ from bot.app import Bot
 from bot.copies import DIGEST_EVENT_TYPE
 from bot.dispatcher import DispatcherOptions
 from tests.support import eventually
-from tests.support.e2e import CHANNEL, BotFactory, Reviewer
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, fast_dispatcher
 from tests.support.slack_emulator import SlackEmulator
 
 STORM = 30
@@ -44,14 +44,8 @@ def storm_options(**kw: Any) -> DispatcherOptions:
         "digest_interval": 0.1,
         "update_interval": 0.05,
         "digest_poll": 0.5,
-        "read_block_ms": 100,
-        "backoff_base": 0.05,
-        "backoff_max": 0.3,
-        "heartbeat_interval": 0.1,
-        "heartbeat_ttl": 0.5,
-        "reap_interval": 0.1,
     }
-    return DispatcherOptions(**(options | kw))
+    return fast_dispatcher(**(options | kw))
 
 
 def policy(**route: Any) -> Any:
@@ -121,6 +115,23 @@ async def everyone_placed(slack: SlackEmulator, rids: list[str]) -> Counter[str]
     )
     assert isinstance(live, Counter)
     return live
+
+
+async def placed_storm(
+    make_bot: BotFactory, slack: SlackEmulator, route_policy: Any, n: int, **options: Any
+) -> tuple[Bot, list[str]]:
+    """A bot with `route_policy` and `storm_options(**options)` under Slack's per-channel rate
+    (5 times faster), `n` requests at once, every one placed and every digest settled."""
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    bot = await make_bot(route_policy, dispatcher=storm_options(**options))
+    rids = await storm(bot, n)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    return bot, rids
+
+
+def first_in_a_digest(slack: SlackEmulator, rids: list[str]) -> str:
+    return next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
 
 
 async def settled(bot: Bot) -> None:
@@ -198,13 +209,8 @@ async def test_a_storm_gives_every_request_one_live_place_within_the_pacing(
 async def test_a_digest_row_is_decided_in_its_review_modal_and_the_row_follows(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(policy(), dispatcher=storm_options())
-    rids = await storm(bot, 12)
-    await everyone_placed(slack, rids)
-    await settled(bot)
-    listed = [r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack))]
-    target = listed[0]
+    bot, rids = await placed_storm(make_bot, slack, policy(), 12)
+    target = first_in_a_digest(slack, rids)
     as_first_seen = json.loads(json.dumps(digest_of(slack, target)))
     alice: Reviewer = reviewer("U0ALICE")
     view = await review(alice, bot, slack, target, ids.REVIEW_APPROVE)
@@ -231,12 +237,9 @@ async def test_a_digest_row_is_decided_in_its_review_modal_and_the_row_follows(
 async def test_every_row_decided_says_so_and_a_burst_of_decisions_is_drawn_coalesced(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    options = storm_options(digest_rows=45, digest_interval=1.0)
-    bot = await make_bot(policy(), dispatcher=options)
-    rids = await storm(bot, 12)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids = await placed_storm(
+        make_bot, slack, policy(), 12, digest_rows=45, digest_interval=1.0
+    )
     (digest,) = digests_in(slack)
     listed = [r for r in rids if r in json.dumps(digest["blocks"])]
     assert len(listed) >= 5
@@ -264,12 +267,8 @@ async def test_every_row_decided_says_so_and_a_burst_of_decisions_is_drawn_coale
 async def test_quorum_from_a_digest_needs_two_reviewers_and_the_row_shows_progress(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(policy(quorum=2), dispatcher=storm_options())
-    rids = await storm(bot, 10)
-    await everyone_placed(slack, rids)
-    await settled(bot)
-    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
+    bot, rids = await placed_storm(make_bot, slack, policy(quorum=2), 10)
+    target = first_in_a_digest(slack, rids)
     await review(reviewer("U0ALICE"), bot, slack, target, ids.REVIEW_APPROVE)
     assert bot.ctx is not None
     await eventually(lambda: _votes(bot, target))
@@ -291,12 +290,8 @@ async def test_quorum_from_a_digest_needs_two_reviewers_and_the_row_shows_progre
 async def test_a_row_refuses_who_may_not_decide_and_a_stale_version(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(policy(), dispatcher=storm_options())
-    rids = await storm(bot, 10)
-    await everyone_placed(slack, rids)
-    await settled(bot)
-    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
+    bot, rids = await placed_storm(make_bot, slack, policy(), 10)
+    target = first_in_a_digest(slack, rids)
     # Not a reviewer: refused at the Review click, no modal.
     mallory: Reviewer = reviewer("U0MALLORY")
     assert await _click(mallory, bot, target, digest_of(slack, target)) == 200
@@ -450,12 +445,8 @@ ESCALATING: dict[str, Any] = {
 async def test_an_escalated_row_says_where_it_went_and_takes_no_more_decisions(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(parse_policy(ESCALATING, source="test"), dispatcher=storm_options())
-    rids = await storm(bot, 10)
-    await everyone_placed(slack, rids)
-    await settled(bot)
-    target = next(r for r in rids if any(r in json.dumps(m["blocks"]) for m in digests_in(slack)))
+    bot, rids = await placed_storm(make_bot, slack, parse_policy(ESCALATING, source="test"), 10)
+    target = first_in_a_digest(slack, rids)
     as_listed = json.loads(json.dumps(digest_of(slack, target)))
     assert bot.ctx is not None
     request = await bot.ctx.store.get(target)
@@ -482,11 +473,9 @@ async def test_an_escalated_row_says_where_it_went_and_takes_no_more_decisions(
 async def test_reminders_of_listed_requests_are_one_reply_in_the_digest_thread(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(policy(remind_after=60, remind_via="thread"), dispatcher=storm_options())
-    rids = await storm(bot, 10)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids = await placed_storm(
+        make_bot, slack, policy(remind_after=60, remind_via="thread"), 10
+    )
     assert bot.ctx is not None and bot.reminders is not None
     found = await bot.ctx.store.get_many(rids)
     listed = [r for r in found.values() if r.message is None]  # their place is a digest row
@@ -511,11 +500,7 @@ async def test_reminder_dms_of_listed_requests_are_one_per_reviewer_and_digest(
 ) -> None:
     for user in ("U0ALICE", "U0BOB", "U0CAROL"):
         slack.add_user(user)
-    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
-    bot = await make_bot(policy(remind_after=60), dispatcher=storm_options())
-    rids = await storm(bot, 10)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids = await placed_storm(make_bot, slack, policy(remind_after=60), 10)
     assert bot.ctx is not None and bot.reminders is not None
     found = await bot.ctx.store.get_many(rids)
     own = len([r for r in found.values() if r.message is not None])

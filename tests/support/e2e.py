@@ -60,6 +60,21 @@ def bot_config(redis_url: str, keys: Keys, slack: SlackEmulator | None, **kw: An
 BotFactory = Callable[..., Awaitable[Bot]]
 
 
+def fast_dispatcher(**kw: Any) -> DispatcherOptions:
+    """The dispatcher with short reads, backoffs, heartbeats and reaps (a dead bot's work is
+    taken over within a second), Slack pacing off; `kw` overrides any option."""
+    options: dict[str, Any] = {
+        "pacing": False,
+        "read_block_ms": 100,
+        "backoff_base": 0.05,
+        "backoff_max": 0.3,
+        "heartbeat_interval": 0.1,
+        "heartbeat_ttl": 0.5,
+        "reap_interval": 0.1,
+    }
+    return DispatcherOptions(**(options | kw))
+
+
 @pytest.fixture
 async def make_bot(
     redis_url: str, keys: Keys, slack: SlackEmulator, redis: Any
