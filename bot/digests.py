@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 #: — no heartbeat — loses it at once).
 DRAW_LOCK_SECONDS = 120
 
+#: Metadata event type of a retired second copy of a digest (see `DigestDrawer._retire`).
+RETIRED_EVENT_TYPE = "approval_digest_retired"
+
 
 @dataclass(frozen=True)
 class DigestOptions:
@@ -161,14 +164,21 @@ class DigestDrawer:
         drew: int | None = None
         announce: Digest | None = None  # posted now: tell the reviewers once the post is recorded
         next_in = o.interval
+        strays: list[SlackMessage] = []
         try:
             if not ts and begin.earlier_at is not None:
                 found = await self._find(channel, digest_id, begin.earlier_at)
                 if found:
                     log.warning(
-                        "adopting a digest posted by an earlier attempt digest=%s", digest_id
+                        "adopting a digest posted by an earlier attempt digest=%s copies=%d",
+                        digest_id,
+                        len(found),
                     )
+                    # Several attempts whose outcomes nobody saw may each have landed: the
+                    # oldest copy is the digest's message, every other one is retired below
+                    # (its Review buttons would be a second live set for every row).
                     ts = posted = found[0].ts
+                    strays = found[1:]
             if not ts:
                 await self.slack.pace(channel).acquire(priority=True)
                 digest, message = await self._render(digest_id)
@@ -221,10 +231,49 @@ class DigestDrawer:
                     holder=holder,
                 )
             )
+        for stray in strays:
+            await self._retire(stray, SlackMessage(channel=channel, ts=ts))
         if announce is not None:
             await self._dm_reviewers(announce, SlackMessage(channel=channel, ts=ts))
         if self.ctx.home is not None:
             self.ctx.home.changed()
+
+    async def _retire(self, stray: SlackMessage, kept: SlackMessage) -> None:
+        """A second copy of a digest (an earlier attempt landed unseen): replace it with a
+        pointer to the kept message, without buttons and without the digest metadata (so no
+        later search takes it for the digest)."""
+        link = await self._permalink(kept)
+        text = "This list was posted twice; it continues in " + (
+            f"<{link}|the other message>" if link else "the other message of this list"
+        )
+        await self.slack.pace(UPDATE_PACE).acquire()
+        try:
+            await self.slack.call(
+                UPDATE_PACE,
+                "chat_update",
+                paced=False,
+                channel=stray.channel,
+                ts=stray.ts,
+                text=text,
+                blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+                metadata={"event_type": RETIRED_EVENT_TYPE, "event_payload": {"ts": kept.ts}},
+            )
+            self.ctx.metrics.slack_updates.inc()
+            log.warning("retired a second copy of a digest ts=%s kept=%s", stray.ts, kept.ts)
+        except Permanent as e:
+            log.warning("could not retire a digest copy ts=%s error=%s", stray.ts, e.error)
+
+    async def _permalink(self, message: SlackMessage) -> str:
+        try:
+            answer = await self.slack.call(
+                message.channel,
+                "chat_getPermalink",
+                channel=message.channel,
+                message_ts=message.ts,
+            )
+            return str(answer.get("permalink") or "")
+        except (Permanent, Unsure):
+            return ""
 
     async def _render(self, digest_id: str) -> tuple[Digest | None, dict[str, Any]]:
         digest = await self.digests.get(digest_id)

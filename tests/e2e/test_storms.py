@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.models import ApprovalConfig, ApprovalEvent, SlackMessage
 from approvals.policy_file import parse_policy
 from approvals.service import Actor
 from approvals.store.keys import Keys
@@ -81,6 +82,26 @@ def live_buttons(slack: SlackEmulator) -> Counter[str]:
             if accessory.get("action_id") == ids.REVIEW:
                 live[ids.read_review_value(str(accessory["value"]))[0]] += 1
     return live
+
+
+def _where(slack: SlackEmulator, rids: list[str]) -> str:
+    """Each message of the channel: its ts, what it is, and the requests it has live buttons
+    for (a failure's evidence)."""
+    lines = []
+    for message in slack.messages_in(CHANNEL):
+        meta = message.get("metadata") or {}
+        one: Counter[str] = Counter()
+        for block in message.get("blocks", []):
+            if block.get("type") == "actions":
+                one.update({str(e.get("value", "")).split("@")[0] for e in block["elements"]})
+            accessory = block.get("accessory") or {}
+            if accessory.get("action_id") == ids.REVIEW:
+                one[ids.read_review_value(str(accessory["value"]))[0]] += 1
+        lines.append(
+            f"{message['ts']} {meta.get('event_type')} {meta.get('event_payload')} "
+            f"edited={'edited' in message} live={sorted(r for r in one if r in rids)}"
+        )
+    return "\n".join(lines)
 
 
 def digests_in(slack: SlackEmulator) -> list[dict[str, Any]]:
@@ -354,13 +375,66 @@ async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
     await settled(second)
     await asyncio.sleep(0.3)
     live = live_buttons(slack)
-    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
     ids_posted = [m["metadata"]["event_payload"]["digest_id"] for m in digests_in(slack)]
     assert len(ids_posted) == len(set(ids_posted)), "no digest posted twice"
     assert slack.calls_to("conversations.history"), "the second looked before posting again"
     assert second.ctx is not None
     found = await second.ctx.store.get_many(rids)
     assert all(r.is_pending for r in found.values())
+
+
+async def test_a_digest_that_landed_twice_unseen_keeps_one_live_copy(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The soak's failure, made deterministic: two attempts to post one digest both landed
+    and nobody saw either answer (a replica stopped mid-post and retried, or Slack finished a
+    gone replica's post). The replica that takes the digest over adopts the oldest copy and
+    retires every other one; a second copy left as it was showed a second live Review button
+    for each of its rows."""
+    bot = await make_bot(dispatcher=storm_options())
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert bot.ctx is not None and bot.dispatcher is not None
+    kept = digests_in(slack)[0]
+    digest_id = kept["metadata"]["event_payload"]["digest_id"]
+    # The second, unseen copy lands after the first; Redis knows of neither answer.
+    stray_ts = slack._next_ts()
+    slack.messages[(CHANNEL, stray_ts)] = {k: v for k, v in kept.items() if k != "edited"} | {
+        "ts": stray_ts
+    }
+    redis, keys = bot.ctx.redis, bot.ctx.keys
+    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
+    await redis.hset(
+        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 2})
+    )
+    assert live_buttons(slack)[row_rids(kept)[0]] == 2  # the state the soak left
+    await bot.dispatcher.digests.touch([digest_id], time.time())
+    bot.dispatcher.drawer.wake()
+    await settled(bot)
+    await eventually(
+        lambda: (
+            slack.messages[(CHANNEL, stray_ts)].get("metadata", {}).get("event_type")
+            != DIGEST_EVENT_TYPE
+        ),
+        within=10,
+        what="the second copy retired",
+    )
+    live = live_buttons(slack)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
+    assert await bot.dispatcher.digests.message(digest_id) == SlackMessage(
+        channel=CHANNEL, ts=kept["ts"]
+    ), "the oldest copy is the digest's message"
+    assert "posted twice" in slack.messages[(CHANNEL, stray_ts)]["text"]
+
+
+def row_rids(message: dict[str, Any]) -> list[str]:
+    return [
+        ids.read_review_value(str(b["accessory"]["value"]))[0]
+        for b in message["blocks"]
+        if (b.get("accessory") or {}).get("action_id") == ids.REVIEW
+    ]
 
 
 async def test_every_key_a_storm_writes_has_a_ttl(
@@ -424,7 +498,7 @@ async def test_two_replicas_in_one_storm_post_each_digest_once(
     await everyone_placed(slack, rids)
     await settled(first)
     live = live_buttons(slack)
-    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
     ids_posted = [m["metadata"]["event_payload"]["digest_id"] for m in digests_in(slack)]
     assert ids_posted and len(ids_posted) == len(set(ids_posted)), "each digest posted once"
 
