@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
-from approvals.slack_ids import is_user, is_user_group
 from approvals.store.connection import cancel_and_wait
 from approvals.store.digests import Digest, Digests, placements
 from approvals.store.outbox import Outbox
 from bot import copies, digest_blocks
 from bot.context import BotContext
+from bot.directory import reviewer_users
 from bot.slack_calls import UPDATE_PACE, Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
@@ -320,28 +320,13 @@ class DigestDrawer:
             route = routes.get(request.route)
             if route is None or not route.dm_reviewers or not request.is_pending:
                 continue
-            users += await self._reviewers(request)
-        for user in dict.fromkeys(users):
-            try:
-                opened = await self.slack.call(user, "conversations_open", users=user)
-                dm = opened["channel"]["id"]
-                await self.slack.call(
-                    dm,
-                    "chat_postMessage",
-                    channel=dm,
-                    paced=True,
-                    text=f"Your review is needed in <#{where.channel}>: many approval "
-                    "requests arrived at once and are listed in one message there.",
-                )
-            except (Permanent, Unsure) as e:
-                log.warning("could not DM reviewer user=%s error=%s", user, e)
-
-    async def _reviewers(self, request: ApprovalRequest) -> list[str]:
-        users = [r for r in request.reviewers if is_user(r)]
-        membership = self.ctx.service.membership
-        for group in (r for r in request.reviewers if is_user_group(r)):
-            users += sorted(await membership(group)) if membership else []
-        return [u for u in users if u != request.requester]
+            reviewers = await reviewer_users(request, self.ctx.service.membership)
+            users += [u for u in reviewers if u != request.requester]
+        await self.slack.dm_each(
+            users,
+            f"Your review is needed in <#{where.channel}>: many approval requests arrived at "
+            "once and are listed in one message there.",
+        )
 
 
 async def place(ctx: BotContext, request: ApprovalRequest) -> SlackMessage | None:

@@ -8,6 +8,9 @@ from typing import Any
 from redis.asyncio import Redis
 from slack_sdk.errors import SlackApiError
 
+from approvals.models import ApprovalRequest
+from approvals.service import MembershipResolver
+from approvals.slack_ids import is_user, is_user_group
 from approvals.store.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -15,6 +18,17 @@ log = logging.getLogger(__name__)
 #: How long a user group's member list is trusted before asking Slack again.
 GROUP_CACHE_SECONDS = 300
 _EMPTY_MARKER = "-"
+
+
+async def reviewer_users(
+    request: ApprovalRequest, membership: MembershipResolver | None
+) -> list[str]:
+    """The Slack users who may review `request`: its user reviewers, then the members of its
+    user groups (none when no directory resolves them)."""
+    users = [r for r in request.reviewers if is_user(r)]
+    for group in (r for r in request.reviewers if is_user_group(r)):
+        users += sorted(await membership(group)) if membership else []
+    return users
 
 
 class Directory:

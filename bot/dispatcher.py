@@ -31,7 +31,6 @@ from typing import Any
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
-from approvals.slack_ids import is_user, is_user_group
 from approvals.store.connection import cancel_and_wait
 from approvals.store.digests import Digests
 from approvals.store.outbox import Outbox, OutboxEntry
@@ -40,6 +39,7 @@ from bot import blocks, copies
 from bot.context import BotContext
 from bot.digest_blocks import MAX_ROWS
 from bot.digests import DigestDrawer, DigestOptions
+from bot.directory import reviewer_users
 from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
@@ -617,23 +617,8 @@ class Dispatcher:
         # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
         # prompt, which holds the arguments as the agent sent them.
         summary = blocks.request_message(request)["text"]
-        users = [r for r in request.reviewers if is_user(r)]
-        membership = self.ctx.service.membership
-        for group in (r for r in request.reviewers if is_user_group(r)):
-            users += sorted(await membership(group)) if membership else []
-        for user in dict.fromkeys(users):  # each reviewer once, in order
-            try:
-                opened = await self.slack.call(user, "conversations_open", users=user)
-                dm = opened["channel"]["id"]
-                await self.slack.call(
-                    dm,
-                    "chat_postMessage",
-                    channel=dm,
-                    paced=True,
-                    text=f"Your review is needed in {link}. {summary}",
-                )
-            except (Permanent, Unsure) as e:
-                log.warning("could not DM reviewer user=%s error=%s", user, e)
+        users = await reviewer_users(request, self.ctx.service.membership)
+        await self.slack.dm_each(users, f"Your review is needed in {link}. {summary}")
 
     async def _fail(self, request: ApprovalRequest, reason: str) -> None:
         result = await self.ctx.store.resolve(request.id, Decision.error(reason, by="slack"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import aiohttp
@@ -163,6 +164,17 @@ class SlackCaller:
             except Permanent:
                 self._bot_id = ""
         return self._bot_id
+
+    async def dm_each(self, users: Iterable[str], text: str) -> None:
+        """One paced DM to each user, once each, in order; a user who cannot be reached is
+        logged and the others still get theirs."""
+        for user in dict.fromkeys(users):
+            try:
+                opened = await self.call(user, "conversations_open", users=user)
+                dm = opened["channel"]["id"]
+                await self.call(dm, "chat_postMessage", channel=dm, paced=True, text=text)
+            except (Permanent, Unsure) as e:
+                log.warning("could not DM reviewer user=%s error=%s", user, e)
 
     async def call(
         self,
