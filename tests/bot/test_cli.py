@@ -635,11 +635,11 @@ def test_policy_check_says_1_route(
     assert "ok — 1 route, 0 rules" in capsys.readouterr().out
 
 
-async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext) -> None:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
-    }
-    env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN="test-token")
+async def interrupt_request_wait(
+    env: dict[str, str], ctx: BotContext, delay: float = 0.0
+) -> tuple[ApprovalRequest, str]:
+    """Run `request --wait 60`, send SIGINT `delay` s after it says it is waiting, and return
+    the request it made (after exit 130) with what it printed on stderr after that line."""
     # As from a terminal: SIGINT at its default. A run started in the background by a
     # non-interactive shell (CI, scripts/soak) inherits SIGINT ignored, and so would the CLI.
     proc = await asyncio.create_subprocess_exec(
@@ -651,6 +651,7 @@ async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext
         assert proc.stderr is not None
         first = await asyncio.wait_for(proc.stderr.readline(), 30)  # it is waiting now
         assert b"waiting for a decision on apr_" in first, first
+        await asyncio.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, rest = await asyncio.wait_for(proc.communicate(), 30)
     finally:
@@ -659,9 +660,17 @@ async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext
             await proc.wait()
     assert proc.returncode == 130, rest.decode()
     (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
-    request = await ctx.store.get(created.request_id)
+    return await ctx.store.get(created.request_id), rest.decode()
+
+
+async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext) -> None:
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN="test-token")
+    request, rest = await interrupt_request_wait(env, ctx)
     assert request.status == "cancelled", "withdrawn, not left pending"
-    assert f"withdrew {request.id}" in rest.decode()
+    assert f"withdrew {request.id}" in rest
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05, 0.3])
@@ -677,27 +686,9 @@ async def test_ctrl_c_on_request_wait_over_redis_withdraws_it(
     env.update(
         REDIS_URL=redis_url, APPROVALS_PREFIX=ctx.keys.prefix, APPROVALS_DEFAULT_CHANNEL="C0A"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "request", "--tool", "deploy", "--wait", "60",
-        env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
-    try:
-        assert proc.stderr is not None
-        first = await asyncio.wait_for(proc.stderr.readline(), 30)
-        assert b"waiting for a decision on apr_" in first, first
-        await asyncio.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        _, rest = await asyncio.wait_for(proc.communicate(), 30)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 130, rest.decode()
-    (created,) = [e for e in await ctx.store.audit_entries() if e.event == "created"]
-    request = await ctx.store.get(created.request_id)
+    request, rest = await interrupt_request_wait(env, ctx, delay)
     assert request.status == "cancelled", "withdrawn, not left pending"
-    assert rest.decode().splitlines() == [f"withdrew {request.id}"], rest.decode()
+    assert rest.splitlines() == [f"withdrew {request.id}"], rest
 
 
 # -- the hook's stderr: one plain line per problem, as a real process -------------------------
