@@ -50,6 +50,8 @@ OUTBOX_MAXLEN = 100_000
 #: keeps it; a stream exists without a TTL only if it was deleted by hand and written again
 #: within that minute.
 SHARED_TTL_REFRESH_SECONDS = 60.0
+#: The reason on a request whose call its caller withdrew (`cancel_call`) before it landed.
+WITHDRAWN_IN_FLIGHT = "withdrawn by the caller before the request arrived (its submit was cut off)"
 
 _STATUS_FOR_OUTCOME: dict[str, Status] = {
     "approve": "approved",
@@ -254,6 +256,7 @@ class ApprovalStore:
         *,
         decision: Decision | None = None,
         _replacing: str = "",
+        _status: Status | None = None,
     ) -> CreateResult:
         """Store a new pending request and queue its Slack post — or, with `decision`, store
         it already decided (a policy rule, a session grant): audited, never posted.
@@ -261,7 +264,9 @@ class ApprovalStore:
         Idempotent on (`principal`, `event.call_id`): a second create with the same call id
         and the same fingerprint returns the first request and writes nothing; with a
         different fingerprint it raises `CallIdConflict` (never the old request, whose
-        decision applies to what was shown then)."""
+        decision applies to what was shown then). A call id its caller withdrew before the
+        create landed (`cancel_call`) makes the request already cancelled: never posted,
+        never approvable."""
         check_event_size(request.event)
         metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
         if metadata_size > MAX_EVENT_BYTES:
@@ -305,7 +310,7 @@ class ApprovalStore:
                 OUTBOX_MAXLEN,
                 request.quorum,
                 json.dumps(list(request.reviewers)),
-                _STATUS_FOR_OUTCOME[decision.outcome] if decision else "",
+                (_status or _STATUS_FOR_OUTCOME[decision.outcome]) if decision else "",
                 decision.model_dump_json() if decision else "",
                 decision.decided_by or "" if decision else "",
                 decision.via if decision else "",
@@ -319,6 +324,13 @@ class ApprovalStore:
             ],
         )
         code, request_id = int(result[0]), str(result[1])
+        if code == 3:
+            # Withdrawn in flight: the caller gave up on this call before it landed here.
+            log.info("create of a withdrawn call id=%s call_id=%s", request.id, call_id)
+            withdrawn = Decision.deny(WITHDRAWN_IN_FLIGHT, by=request.principal, via="cancel")
+            return await self.create(
+                request, decision=withdrawn, _replacing="-", _status="cancelled"
+            )
         if code == 2:
             raise CallIdConflict(
                 f"call_id {call_id!r} was already used for a different request ({request_id}); "
@@ -327,9 +339,8 @@ class ApprovalStore:
             )
         created = code == 1
         if created and decision is not None:
-            request = request.model_copy(
-                update={"status": _STATUS_FOR_OUTCOME[decision.outcome], "decision": decision}
-            )
+            status = _status or _STATUS_FOR_OUTCOME[decision.outcome]
+            request = request.model_copy(update={"status": status, "decision": decision})
         if created:
             log.info(
                 "request created id=%s tool=%s route=%s principal=%s",
@@ -524,15 +535,28 @@ class ApprovalStore:
     ) -> ResolveResult | None:
         """Withdraw the request `principal`'s `call_id` made, if any (None: it made none, or
         that request is gone). For a caller whose create was cut off in flight: it may have
-        landed without the caller learning its id. The call-id marker names one request for
-        that request's whole life (replaced only once it has expired), and the cancel itself
-        is the atomic resolve (only a pending request changes), so the two steps need no
-        script of their own."""
-        marker = await self.redis.get(self.keys.call(call_id, principal))
+        landed without the caller learning its id, or still be on its way: then the call id is
+        marked withdrawn and the create, when it lands, writes the request cancelled. The
+        call-id marker names one request for that request's whole life (replaced only once it
+        has expired), the mark is set only where no marker is (NX), and the cancel itself is
+        the atomic resolve (only a pending request changes), so the steps need no script of
+        their own."""
+        key = self.keys.call(call_id, principal)
+        marker = await self.redis.get(key)
         if marker is None:
-            return None
+            # Nothing landed yet; a create still in flight must not land approvable: mark the
+            # call withdrawn (create.lua then writes it cancelled). NX: a create that landed
+            # in between wins the key, and is cancelled below like any other.
+            ttl = self._ttl(self.now() + timedelta(seconds=self.default_deadline_seconds))
+            if await self.redis.set(key, "- withdrawn", nx=True, ex=ttl):
+                return None
+            marker = await self.redis.get(key)
+            if marker is None:
+                return None
         text = marker.decode() if isinstance(marker, bytes) else str(marker)
         request_id = text.split(" ", 1)[0]
+        if request_id == "-":
+            return None  # withdrawn before: nothing of it landed
         try:
             return await self.cancel(request_id, by=by, reason=reason, via=via)
         except NotFound:

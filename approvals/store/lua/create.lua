@@ -14,14 +14,17 @@
 -- ARGV[22] '1' to refresh the TTL of the shared streams (audit, outbox): the caller asks about
 --   once a minute, not on every create (no EXPIRE storm). Streams stay when emptied; the
 --   pending and deadline indexes vanish when their last member goes, so they get it always.
--- The call-id key holds '<request id> <fingerprint>'.
+-- The call-id key holds '<request id> <fingerprint>', or '- withdrawn' when the caller
+-- withdrew the call before any request of it had landed (`cancel_call`).
 -- Returns {1, id} when created, {0, existing id} when the call_id was seen before with the
 -- same fingerprint, {2, existing id} when it was seen with a different one (a conflict:
--- nothing is written).
+-- nothing is written), {3, ''} when the call was withdrawn: nothing is written, and the
+-- caller creates it again already cancelled (ARGV[19] = '-' replaces the withdrawal mark).
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
   if existing then
     local eid, efp = string.match(existing, '^(%S+) ?(%S*)$')
+    if eid == '-' and ARGV[19] ~= '-' then return {3, ''} end
     if eid ~= ARGV[19] then
       if efp == ARGV[21] then return {0, eid} end
       return {2, eid}

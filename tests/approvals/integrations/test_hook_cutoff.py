@@ -31,7 +31,7 @@ from approvals.policy_file import default_policy
 from approvals.service import ApprovalService
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
+from approvals.store.store import WITHDRAWN_IN_FLIGHT, ApprovalStore
 from approvals.store.waiting import Waiter
 from bot.context import BotContext
 from tests.support import delete_prefix
@@ -274,6 +274,44 @@ async def test_cancel_call_is_per_principal_and_leaves_decisions(ctx: BotContext
     assert done.request.id == mine.id and done.request.status == "cancelled"
     again = await ctx.service.cancel_call("c-1", principal="alice")
     assert again is not None and again.status == "closed"  # already ended: unchanged
+
+
+async def test_a_create_landing_after_its_withdrawal_is_born_cancelled(ctx: BotContext) -> None:
+    """The submit was cut off while still on its way: the withdrawal finds nothing, and the
+    create that lands after it must not leave an approvable request (nor a Slack post)."""
+    assert await ctx.service.cancel_call("c-late", principal="alice", reason="cut off") is None
+    event = ApprovalEvent(tool_name="deploy", arguments={"env": "prod"}, call_id="c-late")
+    late = await ctx.service.submit(event, principal="alice")
+    assert late.status == "cancelled"
+    assert late.decision is not None and late.decision.reason == WITHDRAWN_IN_FLIGHT
+    stored = await ctx.store.get(late.id)
+    assert stored.status == "cancelled" and stored.message is None
+    assert await ctx.store.list_pending() == []
+    posts = await ctx.redis.xrange(ctx.store.keys.outbox)
+    assert [f for _, f in posts if f.get(b"id", f.get("id")) in (late.id, late.id.encode())] == []
+    # The same call again (a client's retry) gets that request back, still cancelled.
+    again = await ctx.service.submit(event, principal="alice")
+    assert again.id == late.id and again.status == "cancelled"
+    assert await ctx.service.cancel_call("c-late", principal="alice") is not None
+    # The mark is alice's: bob's call with the same id is his own, and stays pending.
+    bobs = await ctx.service.submit(event, principal="bob")
+    assert bobs.is_pending and bobs.id != late.id
+
+
+async def test_a_withdrawal_racing_the_create_leaves_nothing_approvable(ctx: BotContext) -> None:
+    """cancel_call and the create it races, started together many times: whichever lands
+    first, the request ends cancelled."""
+
+    async def one(n: int) -> None:
+        event = ApprovalEvent(tool_name="deploy", arguments={"n": n}, call_id=f"race-{n}")
+        created, _ = await asyncio.gather(
+            ctx.service.submit(event, principal="alice"),
+            ctx.service.cancel_call(f"race-{n}", principal="alice", reason="cut off"),
+        )
+        assert (await ctx.store.get(created.id)).status == "cancelled", n
+
+    await asyncio.gather(*(one(n) for n in range(40)))
+    assert await ctx.store.list_pending() == []
 
 
 # -- the property: never allow unasked, never a pending request past the budget --------------
