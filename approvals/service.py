@@ -172,6 +172,7 @@ class ApprovalService:
         # A policy allow/deny or a session grant decides at creation, in the same Lua
         # script: such a request is audited but never queued for Slack.
         verdict: Decision | None = None
+        grant: Grant | None = None
         if decision.action in ("allow", "deny"):
             rule = ",".join(decision.winners) or "policy"
             by = f"policy:{rule}"[:MAX_ACTOR]  # several long rule names must not overflow it
@@ -196,7 +197,11 @@ class ApprovalService:
                     for_session=True,
                     scope=grant.scope,
                 ).model_copy(update={"reason": reason[:MAX_TEXT]})
-        return await self.store.create(request, decision=verdict)
+        # The grant is checked again inside the create script: one revoked since this lookup
+        # decides nothing (the request is asked instead).
+        return await self.store.create(
+            request, decision=verdict, grant_id=grant.id if grant is not None else None
+        )
 
     def scope_options(self, request: ApprovalRequest) -> list[ScopeOption]:
         """The grant scopes "approve for session" offers for `request` (`grants.offered`)."""

@@ -255,6 +255,7 @@ class ApprovalStore:
         request: ApprovalRequest,
         *,
         decision: Decision | None = None,
+        grant_id: str | None = None,
         _replacing: str = "",
         _status: Status | None = None,
     ) -> CreateResult:
@@ -266,7 +267,9 @@ class ApprovalStore:
         different fingerprint it raises `CallIdConflict` (never the old request, whose
         decision applies to what was shown then). A call id its caller withdrew before the
         create landed (`cancel_call`) makes the request already cancelled: never posted,
-        never approvable."""
+        never approvable. `grant_id`: the session grant `decision` comes from; if it was
+        revoked (or expired) since it was looked up, the request is created pending instead
+        (asked on Slack), in the same script as the check."""
         check_event_size(request.event)
         metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
         if metadata_size > MAX_EVENT_BYTES:
@@ -295,6 +298,7 @@ class ApprovalStore:
                 self.keys.outbox,
                 self.keys.audit,
                 self.keys.webhook_queue,
+                self.keys.grant(grant_id) if grant_id else key,
             ],
             args=[
                 request.id,
@@ -321,6 +325,7 @@ class ApprovalStore:
                 # A create decided at once writes only the audit stream: it asks for the
                 # refresh without using up this minute's (the outbox would miss it).
                 self._refresh_shared_ttl(consume=decision is None),
+                "1" if grant_id and decision else "",
             ],
         )
         code, request_id = int(result[0]), str(result[1])
@@ -331,6 +336,9 @@ class ApprovalStore:
             return await self.create(
                 request, decision=withdrawn, _replacing="-", _status="cancelled"
             )
+        if code == 4:
+            log.info("grant gone before the create id=%s grant=%s: asking", request.id, grant_id)
+            return await self.create(request, _replacing=_replacing)
         if code == 2:
             raise CallIdConflict(
                 f"call_id {call_id!r} was already used for a different request ({request_id}); "

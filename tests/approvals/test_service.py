@@ -326,6 +326,29 @@ async def test_cli_grant_for_session(service: ApprovalService, store: ApprovalSt
     assert req.id in (later.decision.reason or "")
 
 
+async def test_a_grant_revoked_after_its_lookup_decides_nothing(
+    service: ApprovalService, store: ApprovalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Revoked between the lookup and the create (another replica, `grant revoke`): the
+    create script sees it gone, and the call is asked on Slack instead of approved."""
+    req = await service.submit(event("db_migrate", session_id="s7"))
+    await service.decide(req.id, "approve", Actor("cli:ops", via="cli"), for_session=True)
+    find = service.grants.find
+
+    async def find_then_revoke(*args: Any) -> Any:
+        found = await find(*args)
+        assert found is not None
+        await service.grants.revoke(found.id, by="cli:ops")
+        return found
+
+    monkeypatch.setattr(service.grants, "find", find_then_revoke)
+    raced = await service.submit(event("db_migrate", session_id="s7"))
+    assert raced.status == "pending" and raced.decision is None
+    assert (await store.get(raced.id)).status == "pending"
+    assert raced.id in [r.id for r in await store.list_pending()]
+    assert [e.event for e in await store.audit_entries(request_id=raced.id)] == ["created"]
+
+
 async def test_grant_never_skips_a_stricter_route(
     service: ApprovalService, store: ApprovalStore, redis: Redis
 ) -> None:

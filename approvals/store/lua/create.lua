@@ -20,6 +20,9 @@
 -- same fingerprint, {2, existing id} when it was seen with a different one (a conflict:
 -- nothing is written), {3, ''} when the call was withdrawn: nothing is written, and the
 -- caller creates it again already cancelled (ARGV[19] = '-' replaces the withdrawal mark).
+-- KEYS[8] the session grant that decides it (or the request key)   ARGV[23] '1' when a grant
+--   decides it: {4, ''} when that grant is gone (revoked, expired) since it was looked up:
+--   nothing is written, and the caller asks instead.
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
   if existing then
@@ -31,6 +34,7 @@ if ARGV[7] == '1' then
     end
   end
 end
+if ARGV[23] == '1' and redis.call('EXISTS', KEYS[8]) == 0 then return {4, ''} end
 local decided = ARGV[14] ~= ''
 redis.call('HSET', KEYS[1], 'status', 'pending', 'data', ARGV[2], 'route', ARGV[8],
   'channel', ARGV[9], 'deadline', ARGV[4], 'escalations', '0', 'quorum', ARGV[12],
