@@ -757,6 +757,7 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
     ctx = await _parked_ctx(redis_url, keys, name)
     client = await make_client(ctx)
     unlimited = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    polls: dict[str, asyncio.Task[Any]] = {}
     try:
         principal = derived_name("test-token")
         creator = ApprovalService(ApprovalStore(redis, keys), ctx.service.policy)
@@ -769,7 +770,6 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
             )
         )
         ids = [c.request.id for c in created]
-        polls: dict[str, asyncio.Task[Any]] = {}
 
         async def park(rid: str) -> Any:
             url = client.make_url(f"/v1/approvals/{rid}?wait=30")
@@ -777,12 +777,19 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
                 assert resp.status == 200, await resp.text()
                 return await resp.json()
 
+        def parked() -> float:
+            value = ctx.metrics.registry.get_sample_value(
+                "approvals_long_polls_parked", {"via": "api"}
+            )
+            return value or 0.0
+
         polls[ids[0]] = asyncio.create_task(park(ids[0]))
-        await eventually(lambda: ctx.waiter.waiting == 1, what="one long-poll parked")
+        # Parked = watched *and* read (the gauge): the Waiter's reading connection is open then.
+        await eventually(lambda: parked() == 1, what="one long-poll parked")
         one = (await _clients(redis, name), await _clients(redis, f"{name}-waiter"))
         for rid in ids[1:]:
             polls[rid] = asyncio.create_task(park(rid))
-        await eventually(lambda: ctx.waiter.waiting == 401, within=30, what="401 parked")
+        await eventually(lambda: parked() == 401, within=30, what="401 parked")
         many = (await _clients(redis, name), await _clients(redis, f"{name}-waiter"))
         assert many[1] == one[1] <= 2, f"the Waiter's connections: {one[1]} → {many[1]}"
         assert many[0] == one[0], f"the API's connections: {one[0]} → {many[0]} (pool of 64)"
@@ -795,6 +802,9 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
         assert ctx.waiter.waiting == 0
         assert await _clients(redis, f"{name}-waiter") <= 2  # pub/sub + reads, for 401 wakes
     finally:
+        for task in polls.values():  # on a failure: no socket left open for a later test
+            task.cancel()
+        await asyncio.gather(*polls.values(), return_exceptions=True)
         await unlimited.close()
         await client.close()
         await ctx.waiter.stop()
