@@ -12,6 +12,8 @@ machine inflates far less than the wall time):
   `approval-bot serve` (its own process, Slack off) with a policy whose rule
   allows `Read`; the hook reads the Claude Code PreToolUse JSON on stdin, asks
   the bot through `APPROVALS_URL`, prints the allow. Target ≤ 300 ms.
+- `approval-bot hook codex`, the same with Codex's PermissionRequest JSON (same bot;
+  the rule allows it: `decision.behavior` allow). Target ≤ 300 ms.
 
 Prints a table, then one JSON line. See bench/README.md.
 """
@@ -60,6 +62,16 @@ HOOK_INPUT = {
     "tool_name": "Read",
     "tool_input": {"file_path": "/srv/app/README.md"},
     "permission_mode": "default",
+}
+CODEX_INPUT = {
+    "session_id": "bench",
+    "turn_id": "turn-1",
+    "cwd": "/srv/app",
+    "hook_event_name": "PermissionRequest",
+    "model": "gpt-5-codex",
+    "permission_mode": "default",
+    "tool_name": "Read",
+    "tool_input": {"file_path": "/srv/app/README.md"},
 }
 
 
@@ -119,7 +131,7 @@ def bench_help(runs: int) -> list[float]:
     return [timed(argv, env, figure="help")[0] for _ in range(runs)]
 
 
-def bench_hook(runs: int, redis_url: str) -> list[float]:
+def bench_hooks(runs: int, redis_url: str) -> dict[str, list[float]]:
     workdir = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     policy = workdir / "policy.yaml"
     policy.write_text(POLICY)
@@ -138,13 +150,25 @@ def bench_hook(runs: int, redis_url: str) -> list[float]:
     try:
         wait_healthy(port, server)
         hook_env = clean_env(APPROVALS_URL=f"http://127.0.0.1:{port}", APPROVALS_TOKEN=TOKEN)
-        argv = [*command(), "hook", "claude-code", "--timeout", "30"]
-        payload = json.dumps(HOOK_INPUT).encode()
-        _, out = timed(argv, hook_env, payload)
-        decision = json.loads(out)["hookSpecificOutput"]["permissionDecision"]
-        if decision != "allow":
-            raise SystemExit(f"the rule did not answer: {out.decode()}")
-        return [timed(argv, hook_env, payload, figure="hook_rule_http")[0] for _ in range(runs)]
+        cases = [
+            ("hook_rule_http", "claude-code", HOOK_INPUT),
+            ("codex_rule_http", "codex", CODEX_INPUT),
+        ]
+        times: dict[str, list[float]] = {figure: [] for figure, _, _ in cases}
+        for _, dialect, body in cases:
+            argv = [*command(), "hook", dialect, "--timeout", "30"]
+            payload = json.dumps({**body, "tool_use_id": f"warm-{dialect}"}).encode()
+            _, out = timed(argv, hook_env, payload)
+            specific = json.loads(out)["hookSpecificOutput"]
+            decision = specific.get("permissionDecision") or specific["decision"]["behavior"]
+            if decision != "allow":
+                raise SystemExit(f"the rule did not answer {dialect}: {out.decode()}")
+        for i in range(runs):  # the two dialects alternate: both see the same machine
+            for figure, dialect, body in cases:
+                argv = [*command(), "hook", dialect, "--timeout", "30"]
+                payload = json.dumps({**body, "tool_use_id": f"call-{i}"}).encode()
+                times[figure].append(timed(argv, hook_env, payload, figure=figure)[0])
+        return times
     finally:
         server.terminate()
         server.wait(timeout=20)
@@ -158,16 +182,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     help_times = bench_help(args.runs)
     with redis_server(args.redis_url, embedded=args.embedded) as url:
-        hook_times = bench_hook(args.runs, url)
+        hook_times = bench_hooks(args.runs, url)
     figures: dict[str, Any] = {
         "help": summarize_ms(help_times),
-        "hook_rule_http": summarize_ms(hook_times),
+        **{figure: summarize_ms(times) for figure, times in hook_times.items()},
         "cpu": {name: summarize_ms(times) for name, times in CPU.items()},
     }
     rows = []
     for name, label, target in (
         ("help", "approval-bot --help", HELP_TARGET_MS),
         ("hook_rule_http", "hook claude-code, rule answers, HTTP", HOOK_TARGET_MS),
+        ("codex_rule_http", "hook codex, rule answers, HTTP", HOOK_TARGET_MS),
     ):
         s, cpu = figures[name], figures["cpu"][name]
         rows.append(

@@ -5,13 +5,14 @@
     POST /v1/approvals/{id}/cancel    withdraw a pending request (409 once decided)
     POST /v1/calls/cancel             withdraw the request the caller's call_id made, if any
     POST /hooks/claude-code           Claude Code `http` hook: hook JSON in, hook output out
+    POST /hooks/codex                 the same for Codex (`approval-bot hook codex` forwards)
     GET  /openapi.json                OpenAPI 3.1, generated from the models (`bot.schemas`)
 
 `/v1/*` need `Authorization: Bearer <token>` (one of `ctx.api_tokens` or
 `ctx.admin_tokens`, see `bot.principals`); with no token configured they
 answer 503 — never open by default. A token sees only its own principal's
 requests (another's is a 404, like an unknown id); an admin token sees all.
-`/hooks/claude-code` (`bot.hook_endpoint`) checks the same tokens but answers
+`/hooks/claude-code` and `/hooks/codex` (`bot.hook_endpoint`) check the same tokens but answer
 every problem with a deny, HTTP 200. Every error is `{"error": {"code",
 "message", "details"?}}`, mapped from the `approvals.errors` tree in one
 place, `error_middleware`.
@@ -40,11 +41,16 @@ from approvals.errors import (
     StoreUnavailable,
     http_status,
 )
-from approvals.integrations.coding_agents import MAX_JSON_DEPTH, error_details, json_depth
+from approvals.integrations.coding_agents import (
+    DIALECTS,
+    MAX_JSON_DEPTH,
+    error_details,
+    json_depth,
+)
 from approvals.integrations.hook_input import loads
 from approvals.models import ApprovalRequest
 from bot.context import BotContext
-from bot.hook_endpoint import ClaudeCodeHook
+from bot.hook_endpoint import AgentHook
 from bot.metrics import METRICS
 from bot.principals import AuthProblem, Principal, Principals
 from bot.schemas import (
@@ -362,5 +368,7 @@ def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     app.router.add_post("/v1/calls/cancel", api.guard(api.cancel_call))
     # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).
-    app.router.add_post("/hooks/claude-code", ClaudeCodeHook(ctx, lambda: api.principals).handle)
+    for dialect in DIALECTS:  # /hooks/claude-code (Claude Code's http hook), /hooks/codex
+        hook = AgentHook(ctx, lambda: api.principals, dialect)
+        app.router.add_post(f"/hooks/{dialect}", hook.handle)
     return api

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
-# Light imports only (no pydantic, no asyncio): with a bot URL, a Claude Code hook call is
-# answered without them (`forward`); every gated tool call waits for this process.
+# Light imports only (no pydantic, no asyncio): with a bot URL, a hook call (Claude Code or
+# Codex) is answered without them (`forward`); every gated tool call waits for this process.
 from approvals.integrations.hook_input import (
     DEFAULT_HOOK_TIMEOUT,
     MAX_HOOK_BODY_BYTES,
@@ -30,6 +30,7 @@ from approvals.integrations.hook_input import (
     UNREACHABLE_REASON,
     HookBody,
     clamp_timeout,
+    codex_reason,
     deny,
     read_hook_body,
     time_budget,
@@ -145,15 +146,12 @@ def answer(
         # pydantic-settings) and calls over http.client (no aiohttp): every gated tool call
         # waits for this process.
         light = http_client_settings(environment(env))
-        if light is not None and dialect == "claude-code":
-            return forward(*light, body, timeout, on_timeout, stderr, started)
         if light is not None:
-            make_client = _light_client(*light)
-        else:
-            from bot.settings import load_settings
+            return forward(*light, dialect, body, timeout, on_timeout, stderr, started)
+        from bot.settings import load_settings
 
-            settings = load_settings(env)
-            make_client = lambda: open_client(settings)  # noqa: E731
+        settings = load_settings(env)
+        make_client = lambda: open_client(settings)  # noqa: E731
     except SettingsError as e:
         problems = "; ".join(e.problems)
         print(f"approval-bot hook: configuration error: {problems}", file=stderr)
@@ -182,18 +180,20 @@ PROBLEM_HEADER = "X-Approval-Problem"
 def forward(
     url: str,
     token: str,
+    dialect: str,
     body: HookBody,
     timeout: float,
     on_timeout: str,
     stderr: TextIO,
     started: float,
 ) -> dict[str, Any] | None:
-    """A Claude Code hook call through the bot's own hook endpoint (`POST /hooks/claude-code`,
-    `bot.hook_endpoint`): the bot reviews it exactly as Claude Code's `http` hook — submit,
-    wait, withdraw on timeout, every failure a deny — and this process only passes the JSON
-    on, with the hook's time left (counted from this process's spawn). Nothing here needs
-    pydantic or asyncio. When the bot cannot be reached, answers other than 200 with a JSON
-    object, or does not answer within the budget, the call is denied here."""
+    """A hook call through the bot's own hook endpoint (`POST /hooks/claude-code` or
+    `/hooks/codex`, `bot.hook_endpoint`): the bot reviews it exactly as Claude Code's `http`
+    hook — submit, wait, withdraw on timeout, every failure a deny — and this process only
+    passes the JSON on, with the hook's time left (counted from this process's spawn).
+    Nothing here needs pydantic or asyncio. When the bot cannot be reached, answers other
+    than 200 with a JSON object, or does not answer within the budget, the call is denied
+    here (in `dialect`'s words)."""
     import http.client
     from urllib.parse import urlencode, urlsplit
 
@@ -202,6 +202,9 @@ def forward(
     shape = body.shape
     elapsed = max(0.0, time.monotonic() - started)
     budget = max(time_budget(timeout) - elapsed, 0.05)  # answer before the agent gives up
+
+    def refuse(reason: str) -> dict[str, Any]:
+        return deny(shape, codex_reason(reason) if dialect == "codex" else reason)
 
     def report(line: str) -> None:
         print(f"approval-bot hook: {line}", file=stderr)
@@ -214,7 +217,7 @@ def forward(
         )
         why = "No time left to ask a reviewer (the hook's timeout was all but spent)"
         if on_timeout == "ask":
-            if shape != "PreToolUse":
+            if dialect != "claude-code" or shape != "PreToolUse":
                 return None  # no decision: the agent's own approval flow takes over
             return {
                 "hookSpecificOutput": {
@@ -223,7 +226,7 @@ def forward(
                     "permissionDecisionReason": f"{why}; please decide here.",
                 }
             }
-        return deny(shape, f"{why}; denied by default.")
+        return refuse(f"{why}; denied by default.")
     parts = urlsplit(url)
     query = urlencode({"timeout": f"{bot_timeout(budget):.3f}", "on_timeout": on_timeout})
     payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
@@ -236,7 +239,7 @@ def forward(
     try:
         connection.request(
             "POST",
-            f"{parts.path}/hooks/claude-code?{query}",
+            f"{parts.path}/hooks/{dialect}?{query}",
             body=payload,
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         )
@@ -247,11 +250,11 @@ def forward(
         # Rounded down: "within 4.0 s" after waiting 3.96 s would claim more than was waited.
         waited = f"{math.floor(budget * 10) / 10:.1f}"
         report(f"no answer from the approval bot at {url} within {waited} s; denied")
-        return deny(shape, f"No approval decision within {waited} s; denied by default.")
+        return refuse(f"No approval decision within {waited} s; denied by default.")
     except (OSError, http.client.HTTPException) as e:
         where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
         report(f"approval bot at {url} is unreachable: {plain(e, where)}; denied")
-        return deny(shape, f"Approval service error: {UNREACHABLE_REASON}")
+        return refuse(f"Approval service error: {UNREACHABLE_REASON}")
     finally:
         connection.close()
     try:
@@ -260,20 +263,10 @@ def forward(
         output = None
     if not isinstance(output, dict):
         report(f"the approval bot at {url} answered HTTP {status} without a decision; denied")
-        return deny(shape, f"Approval service error: unexpected answer (HTTP {status})")
+        return refuse(f"Approval service error: unexpected answer (HTTP {status})")
     if problem:
         report(problem)
     return output or None  # {}: an event the bot does not gate
-
-
-def _light_client(url: str, token: str) -> Callable[[], ApprovalClient]:
-    def make() -> ApprovalClient:
-        from approvals.client import ApprovalClient
-        from approvals.transports import StdlibHttpTransport
-
-        return ApprovalClient(StdlibHttpTransport(url, token))
-
-    return make
 
 
 async def _review(

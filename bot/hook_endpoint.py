@@ -1,5 +1,9 @@
 """`POST /hooks/claude-code`, Claude Code's `http` hook: always HTTP 200 with a decision it reads.
 
+`POST /hooks/codex` is the same for Codex's hook JSON and output (Codex has command hooks
+only: `approval-bot hook codex` passes its JSON on to it, as `approval-bot hook claude-code`
+does to `/hooks/claude-code`, so neither command process loads pydantic or asyncio).
+
 Claude Code runs the tool when an http hook answers non-2xx, so nothing here
 answers anything else: bad or missing credentials, a body that cannot be read,
 hook JSON that does not validate, a reused `tool_use_id` with other content, a
@@ -25,8 +29,10 @@ from aiohttp import web
 from approvals.integrations.coding_agents import (
     DEFAULT_HOOK_TIMEOUT,
     ON_TIMEOUT,
+    Dialect,
     OnTimeout,
     answer_hook,
+    for_dialect,
     hook_metadata,
     time_budget,
 )
@@ -60,12 +66,19 @@ async def read_body(request: web.Request, limit: int = MAX_HOOK_BODY_BYTES) -> H
     return read_hook_body(bytes(body), limit)
 
 
-class ClaudeCodeHook:
-    """The handler, bound to one `BotContext` and the API's principals."""
+class AgentHook:
+    """The handler for one agent's hook JSON (`dialect`), bound to one `BotContext` and the
+    API's principals."""
 
-    def __init__(self, ctx: BotContext, principals: Callable[[], Principals]) -> None:
+    def __init__(
+        self,
+        ctx: BotContext,
+        principals: Callable[[], Principals],
+        dialect: Dialect = "claude-code",
+    ) -> None:
         self.ctx = ctx
         self.principals = principals
+        self.dialect: Dialect = dialect
 
     async def handle(self, request: web.Request) -> web.Response:
         shape: Any = "PreToolUse"
@@ -85,6 +98,7 @@ class ClaudeCodeHook:
             log.exception("hook endpoint failed")
             output = deny(shape, "Approval service error: internal error (see the bot's log)")
             problems.append("internal error in the approval bot (see its log); denied")
+        output = for_dialect(self.dialect, output) or {}
         self.ctx.metrics.hook_calls.labels(decision=_decision(output)).inc()
         response = web.json_response(output)
         if problems:
@@ -149,7 +163,7 @@ class ClaudeCodeHook:
 
         with self.ctx.metrics.parked("hook"):
             output = await answer_hook(
-                "claude-code",
+                self.dialect,
                 payload,
                 submit,
                 wait,

@@ -159,6 +159,45 @@ def openapi_document() -> dict[str, Any]:
     approval = {"description": "the approval object", "content": _json(ref[ApprovalObject])}
     id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
     secured: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+
+    def hook_path(operation: str, summary: str) -> dict[str, Any]:
+        return {
+            "post": {
+                "operationId": operation,
+                "summary": summary,
+                "security": secured,
+                "parameters": [
+                    {
+                        "name": "timeout",
+                        "in": "query",
+                        "required": False,
+                        "description": (
+                            "the hook's timeout in settings.json, seconds (default "
+                            f"{DEFAULT_HOOK_TIMEOUT:g}; clamped to "
+                            f"{MIN_HOOK_TIMEOUT_SECONDS:g}..{MAX_HOOK_TIMEOUT_SECONDS:g})"
+                        ),
+                        "schema": {"type": "number"},
+                    },
+                    {
+                        "name": "on_timeout",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "string",
+                            "enum": ["deny", "ask", "defer"],
+                            "default": "deny",
+                        },
+                    },
+                ],
+                "requestBody": {"required": True, "content": _json(ref[HookInput])},
+                # Always 200: Claude Code runs the tool when an http hook answers non-2xx, so
+                # bad credentials, bad input and failures are a deny; `{}` is no decision.
+                "responses": {
+                    "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
+                },
+            }
+        }
+
     paths = {
         "/v1/approvals": {
             "post": {
@@ -234,42 +273,10 @@ def openapi_document() -> dict[str, Any]:
                 },
             }
         },
-        "/hooks/claude-code": {
-            "post": {
-                "operationId": "claudeCodeHook",
-                "summary": "Claude Code http hook",
-                "security": secured,
-                "parameters": [
-                    {
-                        "name": "timeout",
-                        "in": "query",
-                        "required": False,
-                        "description": (
-                            "the hook's timeout in settings.json, seconds (default "
-                            f"{DEFAULT_HOOK_TIMEOUT:g}; clamped to "
-                            f"{MIN_HOOK_TIMEOUT_SECONDS:g}..{MAX_HOOK_TIMEOUT_SECONDS:g})"
-                        ),
-                        "schema": {"type": "number"},
-                    },
-                    {
-                        "name": "on_timeout",
-                        "in": "query",
-                        "required": False,
-                        "schema": {
-                            "type": "string",
-                            "enum": ["deny", "ask", "defer"],
-                            "default": "deny",
-                        },
-                    },
-                ],
-                "requestBody": {"required": True, "content": _json(ref[HookInput])},
-                # Always 200: Claude Code runs the tool when an http hook answers non-2xx, so
-                # bad credentials, bad input and failures are a deny; `{}` is no decision.
-                "responses": {
-                    "200": {"description": "the hook output", "content": _json(ref[HookOutput])},
-                },
-            }
-        },
+        "/hooks/claude-code": hook_path("claudeCodeHook", "Claude Code http hook"),
+        "/hooks/codex": hook_path(
+            "codexHook", "Codex hook JSON (what `approval-bot hook codex` passes on)"
+        ),
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",

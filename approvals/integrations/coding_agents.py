@@ -57,6 +57,7 @@ from approvals.integrations.hook_input import DEFAULT_HOOK_TIMEOUT as DEFAULT_HO
 from approvals.integrations.hook_input import MAX_MARGIN_SECONDS as MAX_MARGIN_SECONDS
 from approvals.integrations.hook_input import MIN_ASK_SECONDS as MIN_ASK_SECONDS
 from approvals.integrations.hook_input import UNREACHABLE_REASON
+from approvals.integrations.hook_input import codex_reason as codex_reason
 from approvals.integrations.hook_input import time_budget as time_budget
 from approvals.integrations.hook_input import withdraw_time as withdraw_time
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
@@ -485,13 +486,6 @@ def output_for_failure(event: HookEvent, message: str) -> dict[str, Any]:
     if event == "PreToolUse":
         return pre_tool_use_output("deny", reason)
     return permission_request_output("deny", reason)
-
-
-def codex_reason(text: str) -> str:
-    """A reason as Codex should get it: Codex appends ". Command: …" to a deny reason, so a
-    reason ending in a full stop (or other closing punctuation) would read "…default.. Command"."""
-    trimmed = text.rstrip().rstrip(".!;:,。")
-    return trimmed if trimmed.strip() else text  # nothing but spaces and punctuation: as is
 
 
 def for_dialect(dialect: Dialect, output: dict[str, Any] | None) -> dict[str, Any] | None:

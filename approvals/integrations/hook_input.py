@@ -217,6 +217,13 @@ def deny(shape: GatedEvent, reason: str) -> dict[str, Any]:
     }
 
 
+def codex_reason(text: str) -> str:
+    """A reason as Codex should get it: Codex appends ". Command: …" to a deny reason, so a
+    reason ending in a full stop (or other closing punctuation) would read "…default.. Command"."""
+    trimmed = text.rstrip().rstrip(".!;:,。")
+    return trimmed if trimmed.strip() else text  # nothing but spaces and punctuation: as is
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 

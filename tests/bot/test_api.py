@@ -22,6 +22,7 @@ from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from bot.api import add_routes, error_middleware
 from bot.context import BotContext
+from bot.hook_endpoint import PROBLEM_HEADER
 from bot.principals import derived_name
 from bot.schemas import ApprovalObject
 
@@ -520,6 +521,34 @@ async def test_hook_denial_carries_the_reason(ctx: BotContext, client: Client) -
     }
 
 
+async def test_codex_hook_endpoint_answers_in_codex_words(ctx: BotContext, client: Client) -> None:
+    """`/hooks/codex` (what `approval-bot hook codex` forwards to): Codex's outputs — an
+    approved PreToolUse is no output ({}), reasons never end in a full stop — and every
+    problem is a deny in the same words, HTTP 200."""
+    call = asyncio.create_task(client.post("/hooks/codex", json=hook_body(), headers=AUTH))
+    await ctx.service.decide(await pending_id(ctx), "approve", Actor("U2"))
+    resp = await asyncio.wait_for(call, 5)
+    assert resp.status == 200 and await resp.json() == {}
+
+    body = hook_body("PermissionRequest", turn_id="t-2")
+    call = asyncio.create_task(client.post("/hooks/codex", json=body, headers=AUTH))
+    await ctx.service.decide(await pending_id(ctx), "deny", Actor("U2"), reason="not now.")
+    resp = await asyncio.wait_for(call, 5)
+    assert await resp.json() == {
+        "hookSpecificOutput": {
+            "hookEventName": "PermissionRequest",
+            "decision": {"behavior": "deny", "message": "Denied by <@U2>: not now"},
+        }
+    }
+    bad = {"Authorization": "Bearer nope"}
+    resp = await client.post("/hooks/codex", json=hook_body(), headers=bad)
+    out = (await resp.json())["hookSpecificOutput"]
+    assert resp.status == 200 and out["permissionDecision"] == "deny"
+    assert "not valid" in out["permissionDecisionReason"]
+    assert not out["permissionDecisionReason"].endswith(".")
+    assert resp.headers[PROBLEM_HEADER].endswith("; denied")
+
+
 async def test_hook_approval_input_reaches_claude(ctx: BotContext, client: Client) -> None:
     call = asyncio.create_task(client.post("/hooks/claude-code", json=hook_body(), headers=AUTH))
     request_id = await pending_id(ctx)
@@ -632,6 +661,7 @@ async def test_openapi_document_describes_the_routes(client: Client) -> None:
         "/v1/approvals/{id}/cancel",
         "/v1/calls/cancel",
         "/hooks/claude-code",
+        "/hooks/codex",
         "/openapi.json",
     }
     schemas = doc["components"]["schemas"]

@@ -3,8 +3,8 @@
 The schema under test is the one the server serves at `/openapi.json`. The
 server runs on 127.0.0.1 (ephemeral port) in a background thread with its
 own event loop and its own Redis client, under a unique key prefix removed at
-the end. Its policy allows `claude-code` calls at once, so the hook endpoint
-answers without waiting for a reviewer; `?wait=` is capped at 0.2 s.
+the end. Its policy allows `claude-code` and `codex` calls at once, so the hook
+endpoints answer without waiting for a reviewer; `?wait=` is capped at 0.2 s.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class LiveServer:
                 "rules": [
                     {
                         "name": "hooks decide at once",
-                        "match": {"agent": "claude-code"},
+                        "match": {"agent": ["claude-code", "codex"]},
                         "action": "allow",
                     }
                 ]

@@ -392,15 +392,18 @@ async def test_hook_run_as_the_program_counts_from_the_process_spawn(
 
 
 @pytest.mark.parametrize("on_timeout", ["deny", "ask"])
+@pytest.mark.parametrize("dialect", ["claude-code", "codex"])
 async def test_forwarding_hook_with_no_time_left_sends_nothing(
     cli_env: None,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     on_timeout: str,
+    dialect: str,
 ) -> None:
-    """With a bot URL the Claude Code hook forwards to /hooks/claude-code; with its budget
-    spent at the spawn it does not even connect (the bot would post a request for its least
-    timeout, 1 s, that nobody waits on)."""
+    """With a bot URL the command hook forwards to /hooks/<dialect>; with its budget spent at
+    the spawn it does not even connect (the bot would post a request for its least timeout,
+    1 s, that nobody waits on). Codex: "ask" is no output (its own approval flow), and a
+    reason never ends in a full stop (Codex appends ". Command: …")."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -410,7 +413,7 @@ async def test_forwarding_hook_with_no_time_left_sends_nothing(
     monkeypatch.setenv("APPROVALS_TOKEN", "test-token")
     monkeypatch.setattr("bot.spawn.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_fwd")))
-    argv = ["approval-bot", "hook", "claude-code", "--timeout", "20", "--on-timeout", on_timeout]
+    argv = ["approval-bot", "hook", dialect, "--timeout", "20", "--on-timeout", on_timeout]
     monkeypatch.setattr("sys.argv", argv)
     try:
         assert await asyncio.to_thread(main) == 0
@@ -419,9 +422,14 @@ async def test_forwarding_hook_with_no_time_left_sends_nothing(
     finally:
         listener.close()
     captured = capsys.readouterr()
-    out = json.loads(captured.out)["hookSpecificOutput"]
-    assert out["permissionDecision"] == on_timeout
-    assert out["permissionDecisionReason"].startswith("No time left to ask a reviewer")
+    if dialect == "codex" and on_timeout == "ask":
+        assert captured.out == ""
+    else:
+        out = json.loads(captured.out)["hookSpecificOutput"]
+        assert out["permissionDecision"] == on_timeout
+        reason = out["permissionDecisionReason"]
+        assert reason.startswith("No time left to ask a reviewer")
+        assert reason.endswith("default") if dialect == "codex" else reason.endswith(".")
     assert captured.err.startswith("approval-bot hook: no time left to ask a reviewer")
     assert captured.err.count("\n") == 1
 
@@ -749,13 +757,15 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
         assert await ctx.store.list_pending() == [], f"withdrawn: {err}"
 
 
+@pytest.mark.parametrize("dialect", ["claude-code", "codex"])
 async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
-    api_url: str, ctx: BotContext
+    api_url: str, ctx: BotContext, dialect: str
 ) -> None:
     """The command hook runs once per gated tool call: with APPROVALS_URL and APPROVALS_TOKEN
-    it reads only those, and a Claude Code call is passed on to the bot's hook endpoint over
-    http.client (`bot.hook_command.forward`), so neither aiohttp nor pydantic(-settings),
-    asyncio, Redis or Slack are imported. Answered as usual, as the token's principal."""
+    it reads only those, and the call is passed on to the bot's hook endpoint for its agent
+    (/hooks/claude-code, /hooks/codex) over http.client (`bot.hook_command.forward`), so
+    neither aiohttp nor pydantic(-settings), asyncio, Redis or Slack are imported. Answered
+    as usual, in the agent's own words, as the token's principal."""
     heavy = (
         "aiohttp", "pydantic", "pydantic_settings", "asyncio", "redis", "slack_sdk",
         "slack_bolt", "yaml",
@@ -765,7 +775,7 @@ async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
         "atexit.register(lambda: print('loaded:' + ','.join(m for m in "
         f"{heavy!r} if m in sys.modules), file=sys.stderr))\n"
         "from bot.cli import main\n"
-        "sys.argv = ['approval-bot', 'hook', 'claude-code', '--timeout', '30']\n"
+        f"sys.argv = ['approval-bot', 'hook', {dialect!r}, '--timeout', '30']\n"
         "sys.exit(main())\n"
     )
     base = {
@@ -777,11 +787,17 @@ async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
         cwd=REPO, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    talk = asyncio.create_task(proc.communicate(hook_input().encode()))
+    # Codex asks through PermissionRequest (a PreToolUse allow is no output for it).
+    event = "PreToolUse" if dialect == "claude-code" else "PermissionRequest"
+    talk = asyncio.create_task(proc.communicate(hook_input(event, turn_id="t-1").encode()))
     request = await decide_next(ctx.service, "Bash")
     out, err = await asyncio.wait_for(talk, 60)
     assert proc.returncode == 0
-    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    decided = json.loads(out)["hookSpecificOutput"]
+    if dialect == "claude-code":
+        assert decided["permissionDecision"] == "allow"
+    else:
+        assert decided == {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}
     assert request.principal is not None, "asked through the API, as the token's principal"
     assert err.decode().splitlines() == ["loaded:"], err.decode()
 
