@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 
 from approvals.policy import Policy
@@ -39,6 +39,7 @@ from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
 from bot import api, embedded_redis, listeners, redis_location, slack_link
+from bot.bolt_requests import to_bolt_request
 from bot.context import BotContext
 from bot.directory import Directory
 from bot.dispatcher import Dispatcher, DispatcherOptions

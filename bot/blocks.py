@@ -54,8 +54,8 @@ _CHANNEL_ID = re.compile(rf"^(?:slack:)?([{CHANNEL_LETTERS}](?=[A-Z0-9]*[0-9])[A
 
 
 def escape(text: str) -> str:
-    """Escape text for Slack mrkdwn."""
-    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+    """Escape text for Slack mrkdwn (`&` first, so no entity is escaped twice)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def clip(text: str, limit: int, ellipsis: str = "…") -> str:
