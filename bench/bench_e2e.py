@@ -35,7 +35,7 @@ from urllib.parse import urlencode
 import aiohttp
 from redis.asyncio import Redis
 
-from approvals.store.connection import DEFAULT_MAX_CONNECTIONS, connect
+from approvals.store.connection import DEFAULT_MAX_CONNECTIONS, cancel_and_wait, connect
 from approvals.store.keys import Keys
 from bench.common import (
     add_redis_arguments,
@@ -109,9 +109,9 @@ class SlackLedger:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Cancelled until it ends: Python 3.11's wait_for (in the emulator's wait_until)
+            # can lose a cancellation, and one lost here hung bench_load at its end.
+            await cancel_and_wait([self._task])
         self.catch_up()
 
     async def _follow(self) -> None:

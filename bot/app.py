@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -403,11 +403,17 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     return app
 
 
-async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: Any,
+    stop: asyncio.Event | None = None,
+    *,
+    started: Callable[[], None] | None = None,
+) -> None:
     """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
-    the policy file. With no REDIS_URL and nothing on localhost:6379 it uses the embedded
-    Redis of APPROVALS_DATA_DIR (`bot.embedded_redis.open_shared`: started here, or shared
-    with the serve that runs it, and taken over if that one ends).
+    the policy file; `started()` is called once the bot serves (the CLI tunes the GC then).
+    With no REDIS_URL and nothing on localhost:6379 it uses the embedded Redis of
+    APPROVALS_DATA_DIR (`bot.embedded_redis.open_shared`: started here, or shared with the
+    serve that runs it, and taken over if that one ends).
 
     SIGINT and SIGTERM set `stop` from the very start, so they end every phase: the embedded
     server's start (up to 10 s) is awaited, and cancelled by a signal, not run blocking."""
@@ -454,7 +460,7 @@ async def serve(settings: Any, stop: asyncio.Event | None = None) -> None:
             else None
         )
         try:
-            await _serve(settings, redis_url, stop)
+            await _serve(settings, redis_url, stop, started)
         finally:
             if keeper is not None:
                 await cancel_and_wait([keeper])
@@ -492,7 +498,9 @@ async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1
             )
 
 
-async def _serve(settings: Any, redis_url: str, stop: asyncio.Event) -> None:
+async def _serve(
+    settings: Any, redis_url: str, stop: asyncio.Event, started: Callable[[], None] | None
+) -> None:
     def secret(value: Any) -> str | None:
         return value.get_secret_value() if value is not None else None
 
@@ -531,6 +539,8 @@ async def _serve(settings: Any, redis_url: str, stop: asyncio.Event) -> None:
         if not await wait_for_redis(config.redis_url, stop):
             return  # told to stop while Redis was still away
         await bot.start()
+        if started is not None:
+            started()
         await stop.wait()
         await bot.drain()
     finally:

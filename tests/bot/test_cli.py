@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import io
 import json
 import os
@@ -23,7 +24,7 @@ from approvals.approval import approval_object
 from approvals.integrations.hook_input import time_budget
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from approvals.store.store import ApprovalStore
-from bot.cli import build_parser, duration, main
+from bot.cli import SERVE_GC_THRESHOLD, build_parser, duration, main, tune_gc_for_serving
 from bot.context import BotContext
 from bot.hook_command import bot_timeout, hook_options
 from bot.settings import VARIABLES
@@ -549,12 +550,25 @@ def test_serve_reports_settings_errors_and_runs_the_app(
     monkeypatch.setenv("PORT", "3123")
     seen: list[Any] = []
 
-    async def fake_serve(settings: Any) -> None:
+    async def fake_serve(settings: Any, **options: Any) -> None:
         seen.append(settings)
+        seen.append(options)
 
     monkeypatch.setattr("bot.app.serve", fake_serve)
     assert main(["serve"]) == 0
     assert seen[0].port == 3123
+    assert seen[1] == {"started": tune_gc_for_serving}
+
+
+def test_serving_freezes_the_start_up_objects_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc_for_serving()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (SERVE_GC_THRESHOLD, *before[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 async def test_policy_check_accepts_the_example_and_names_every_problem(
