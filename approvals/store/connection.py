@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 #: Connections one client may open; callers past it wait (up to `pool_timeout`). Measured
@@ -58,8 +58,45 @@ def connect(
         return _sentinel_master(url, options)
     if scheme in CLUSTER_SCHEMES:
         return _cluster(url, options)
-    pool = BlockingConnectionPool.from_url(url, **options)
+    pool = QuickBlockingPool.from_url(url, **options)
     return Redis.from_pool(pool)  # closing the client closes the pool
+
+
+class QuickBlockingPool(BlockingConnectionPool):
+    """redis-py's bounded blocking pool, minus most of its cost per command when a connection
+    is free and nobody is waiting for one (measured, redis-py 8.1: 50 → 34 µs of CPU per
+    HGET). redis-py's `get_connection` takes an asyncio condition, a timeout and the pool's
+    observability counters around every command, and `release` the condition again; here
+    a caller that finds a free connection (or room for a new one) with no caller queued
+    before it takes it at once, still checked by `ensure_connection`. Anyone else — a full
+    pool, callers already waiting, redis-py's maintenance mode — goes redis-py's way and
+    waits in order, up to `timeout`; a connection coming back wakes the first waiter.
+    (The bot does not turn on redis-py's OpenTelemetry observability, whose pool-wait
+    figures this path does not record.)"""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not self._free_now():
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+        try:
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        await ConnectionPool.release(self, connection)
+        if self._condition._waiters:
+            async with self._condition:
+                self._condition.notify()
+
+    def _free_now(self) -> bool:
+        return bool(
+            not getattr(self, "_in_maintenance", False)
+            and not self._condition._waiters
+            and self.can_get_connection()
+        )
 
 
 #: `redis+sentinel://[[user]:password@]host:port[,host:port…]/MASTER[/DB][?options]`

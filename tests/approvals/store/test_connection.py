@@ -1,0 +1,112 @@
+"""The bot's Redis pool (`approvals/store/connection.py`): bounded, callers past the bound wait
+in order and are woken when a connection comes back; a free connection is taken without
+redis-py's waiting machinery. Counts, not timings."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+from redis.asyncio import BlockingConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from approvals.store.connection import QuickBlockingPool, connect
+from approvals.store.keys import Keys
+
+
+def _pool(client: Any) -> QuickBlockingPool:
+    pool = client.connection_pool
+    assert isinstance(pool, QuickBlockingPool)
+    return pool
+
+
+def _opened(pool: QuickBlockingPool) -> int:
+    return len(pool._available_connections) + len(pool._in_use_connections)
+
+
+async def test_a_free_connection_is_taken_without_the_waiting_path(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waited = 0
+    original = BlockingConnectionPool.get_connection
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal waited
+        waited += 1
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BlockingConnectionPool, "get_connection", counted)
+    client = connect(redis_url, max_connections=4, client_name="approval-bot-test-pool")
+    try:
+        for n in range(50):
+            await client.set(keys.lock(f"pool:{n}"), "x", ex=60)
+        assert waited == 0
+        assert _opened(_pool(client)) == 1  # one at a time: one connection, reused
+    finally:
+        await client.aclose()
+
+
+async def test_callers_past_the_bound_wait_and_are_all_served(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waited = 0
+    original = BlockingConnectionPool.get_connection
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal waited
+        waited += 1
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(BlockingConnectionPool, "get_connection", counted)
+    client = connect(redis_url, max_connections=3, client_name="approval-bot-test-pool")
+    pool = _pool(client)
+    rng = random.Random(7)
+    most = 0
+
+    async def worker(n: int) -> int:
+        nonlocal most
+        done = 0
+        for step in range(5):
+            key = keys.lock(f"pool:{n}:{step}")
+            await client.set(key, str(n), ex=60)
+            most = max(most, _opened(pool))
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get(key)
+                pipe.delete(key)
+                got, _ = await pipe.execute()
+            done += got == str(n)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        return done
+
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*(worker(n) for n in range(200))), 50)
+    finally:
+        await client.aclose()
+    assert results == [5] * 200
+    assert most <= 3, f"{most} connections for a pool of 3"
+    assert waited > 0  # some callers found the pool full and waited
+
+
+async def test_a_caller_that_finds_no_connection_in_time_is_refused(
+    redis_url: str, keys: Keys
+) -> None:
+    client = connect(
+        redis_url, max_connections=1, pool_timeout=0.2, client_name="approval-bot-test-pool"
+    )
+    pool = _pool(client)
+    try:
+        held = await pool.get_connection()
+        with pytest.raises(RedisConnectionError):
+            await client.get(keys.lock("pool:none"))
+        pool.timeout = 30.0
+        waiting = asyncio.create_task(client.set(keys.lock("pool:later"), "1", ex=60))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # queued behind the held connection
+        await pool.release(held)  # coming back wakes it
+        assert await asyncio.wait_for(waiting, 5) is True
+        assert _opened(pool) == 1
+    finally:
+        await client.aclose()
