@@ -427,9 +427,17 @@ class ApprovalService:
         return await self.grants.give(grant)
 
     async def cancel(
-        self, request_id: str, *, by: str | None = None, reason: str | None = None, via: str = "api"
+        self,
+        request_id: str,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+        via: str = "api",
+        owner: str | None = None,
     ) -> VoteResult:
-        result = await self.store.cancel(request_id, by=by, reason=reason, via=via)
+        """Withdraw a pending request; with `owner`, only one that principal made (another's
+        is `NotFound`, exactly like an unknown id, and is left alone)."""
+        result = await self.store.cancel(request_id, by=by, reason=reason, via=via, owner=owner)
         return VoteResult("decided" if result.won else "closed", result.request)
 
     async def cancel_call(

@@ -475,12 +475,15 @@ class ApprovalStore:
         *,
         status: Status | None = None,
         expected_deadline: datetime | None = None,
+        owner: str | None = None,
     ) -> ResolveResult:
         """Move a pending request to a terminal status. Exactly one concurrent caller wins;
         the others get `won=False` and the request as the winner left it.
 
         `expected_deadline` makes the move conditional on the deadline being unchanged
-        (a sweeper must not expire a request that was just escalated)."""
+        (a sweeper must not expire a request that was just escalated). With `owner`, a
+        request another principal made is `NotFound`, like an unknown id, and is left as
+        it is (checked in the same script: no read before)."""
         new_status = status or _STATUS_FOR_OUTCOME[decision.outcome]
         if new_status == "pending":
             raise ValueError("cannot resolve to pending")
@@ -500,6 +503,8 @@ class ApprovalStore:
                 OUTBOX_MAXLEN,
                 ts(expected_deadline) if expected_deadline else "",
                 self._refresh_shared_ttl(),
+                "" if owner is None else "1",
+                owner or "",
             ],
         )
         code = int(result[0])
@@ -526,10 +531,12 @@ class ApprovalStore:
         by: str | None = None,
         reason: str | None = None,
         via: str = "api",
+        owner: str | None = None,
     ) -> ResolveResult:
-        """Withdraw a pending request (the agent no longer needs it)."""
+        """Withdraw a pending request (the agent no longer needs it); with `owner`, only one
+        that principal made (another's is `NotFound`, see `resolve`)."""
         decision = Decision.deny(reason or "cancelled", by=by, via=via)
-        return await self.resolve(request_id, decision, status="cancelled")
+        return await self.resolve(request_id, decision, status="cancelled", owner=owner)
 
     @_guard
     async def cancel_call(

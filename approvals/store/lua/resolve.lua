@@ -9,6 +9,9 @@
 -- ARGV[12] '1' to refresh the TTL of the shared outbox and audit streams (the caller does it
 --   about once a minute, not on every decision: no EXPIRE storm; the webhook queue, written
 --   only for requests with a callback, always gets its TTL)
+-- ARGV[13] '1' to resolve only a request whose principal (in its `data`) is ARGV[14]: another
+--   principal's is answered {-1}, as an unknown id (the HTTP API's rule: a token sees and
+--   cancels only its own requests), and nothing changes
 -- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
 -- caller needs no follow-up read.
 -- Returns {1, status, hash} when this call decided, {0, status, hash} when it lost,
@@ -17,6 +20,10 @@ local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return {-1} end
 local h = {}
 for i = 1, #row, 2 do h[row[i]] = i + 1 end
+if ARGV[13] == '1' then
+  local owner = h['data'] and cjson.decode(row[h['data']])['principal']
+  if owner ~= ARGV[14] then return {-1} end
+end
 local status = row[h['status']]
 if status ~= 'pending' then return {0, status, row} end
 if ARGV[11] ~= '' and (h['deadline'] and row[h['deadline']]) ~= ARGV[11] then

@@ -160,6 +160,24 @@ async def test_cancel_then_decide_loses(store: ApprovalStore) -> None:
     assert not again.won
 
 
+async def test_a_cancel_for_an_owner_leaves_another_principals_request_alone(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    theirs = (await store.create(make_request(principal="agent-b"))).request
+    nobodys = (await store.create(make_request(tool="other"))).request  # no principal
+    for request in (theirs, nobodys):
+        before = await redis.hgetall(keys.request(request.id))
+        with pytest.raises(NotFound):
+            await store.cancel(request.id, by="agent-a", owner="agent-a")
+        assert await redis.hgetall(keys.request(request.id)) == before  # nothing changed
+    with pytest.raises(NotFound):
+        await store.cancel("apr_missing", by="agent-a", owner="agent-a")
+    mine = await store.cancel(theirs.id, by="agent-b", owner="agent-b")
+    assert mine.won and mine.request.status == "cancelled"
+    again = await store.cancel(theirs.id, by="agent-b", owner="agent-b")
+    assert not again.won and again.request.status == "cancelled"  # decided: 409, not 404
+
+
 async def test_due_lists_only_overdue_pending(store: ApprovalStore) -> None:
     soon = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=1)))).request
     later = (await store.create(make_request(config=ApprovalConfig(deadline_seconds=600)))).request
