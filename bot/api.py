@@ -225,7 +225,8 @@ class ApprovalsAPI:
 
         async def guarded(request: web.Request) -> web.StreamResponse:
             self.authorize(request)
-            return await handler(request)
+            with self.ctx.api_calls:  # the dispatcher's Slack calls wait for these
+                return await handler(request)
 
         return guarded
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,34 @@ from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from approvals.store.waiting import Waiter
 from bot.metrics import Metrics
+
+
+class ApiCalls:
+    """The agent API calls being answered now (creates, cancels: `bot/api.py` `guard`). The
+    dispatcher lets a burst of them go first (`bot/dispatcher.py` `_after_api`): under a burst of
+    thousands, Slack posts wait a moment rather than take turns with the answers agents
+    wait for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __enter__(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def idle(self, within: float) -> bool:
+        """Until no call is being answered, at most `within` seconds: whether none is."""
+        if self.count:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), within)
+        return not self.count
 
 
 @dataclass
@@ -45,3 +74,5 @@ class BotContext:
     #: Set when the bot starts shutting down (SIGTERM): no new work is taken and parked
     #: waits are answered (`bot/shutdown.py`).
     draining: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Agent API calls being answered now (the dispatcher lets them go first).
+    api_calls: ApiCalls = field(default_factory=ApiCalls)

@@ -85,6 +85,12 @@ class DispatcherOptions:
     update_burst: int = 3
     #: How often every replica looks for dirty digests nobody is drawing (a replica gone).
     digest_poll: float = 2.0
+    #: A burst of agent API calls (creates, cancels): at least `api_burst` being answered at
+    #: once. Entries then wait until none is, at most `api_first` seconds per burst (then they
+    #: go, until the API has been idle once): the answers agents wait for come first, the
+    #: posts right after; nothing is skipped. Below it (steady traffic) nothing waits.
+    api_burst: int = 64
+    api_first: float = 2.0
 
 
 class Dispatcher:
@@ -131,6 +137,8 @@ class Dispatcher:
         self.drawer = DigestDrawer(ctx, self.digests, self.slack, self.outbox, drawing)
         #: monotonic time this process last listed a request of a channel in a digest.
         self._digested: dict[str, float] = {}
+        #: Until when (monotonic) entries wait for the API's busy spell; None: not in one.
+        self._api_first_until: float | None = None
 
     async def start(self) -> None:
         await self.outbox.ensure_group()
@@ -263,6 +271,7 @@ class Dispatcher:
         while True:
             entry = await queue.get()
             try:
+                await self._after_api()
                 if self._superseded(entry):
                     # A later `update` entry of this request is queued: it re-reads the
                     # request and draws whatever is newest then, so this one's draw would
@@ -297,6 +306,23 @@ class Dispatcher:
             finally:
                 self._in_flight.discard(entry.entry_id)
                 self._room.set()
+
+    async def _after_api(self) -> None:
+        """In a burst of agent API calls (`api_burst` at once), let them go first: wait until
+        none is being answered, for at most `api_first` seconds from the start of the burst
+        (one burst cannot hold Slack back for longer). The burst ends when the API is seen
+        idle, or below `api_burst` once its time is up."""
+        calls, o = self.ctx.api_calls, self.options
+        now = time.monotonic()
+        until = self._api_first_until
+        if until is not None and (not calls.count or (now >= until and calls.count < o.api_burst)):
+            until = self._api_first_until = None
+        if until is None:
+            if calls.count < o.api_burst:
+                return
+            until = self._api_first_until = now + o.api_first
+        if until > now and not self._stopping and await calls.idle(until - now):
+            self._api_first_until = None
 
     def _superseded(self, entry: OutboxEntry) -> bool:
         """Take `entry` off the queued count; True when a later `update` entry of the same
