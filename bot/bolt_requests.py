@@ -8,7 +8,7 @@ per approval cycle. `to_bolt_request` here gives the same request — the raw bo
 kept for bolt's signature check, the same parsed body and context — decoding
 well-formed escapes with the `unicode_escape` codec; anything else (non-ASCII
 text, a stray `%`) takes urllib's path, so the result never differs
-(tests/bot/test_bolt_requests.py compares the two on a corpus).
+(a test compares the two on a corpus).
 """
 
 from __future__ import annotations
