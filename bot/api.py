@@ -15,7 +15,8 @@ requests (another's is a 404, like an unknown id); an admin token sees all.
 `/hooks/claude-code` and `/hooks/codex` (`bot.hook_endpoint`) check the same tokens but answer
 every problem with a deny, HTTP 200. Every error is `{"error": {"code",
 "message", "details"?}}`, mapped from the `approvals.errors` tree in one
-place, `error_middleware`.
+place, `http_error` (`error_middleware` applies it to every route but the
+long-poll, whose handler applies it itself: see `ApprovalsAPI.get`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -49,6 +51,7 @@ from approvals.integrations.coding_agents import (
 )
 from approvals.integrations.hook_input import loads
 from approvals.models import ApprovalRequest
+from approvals.store.waiting import CallerGone
 from bot.context import BotContext
 from bot.hook_endpoint import AgentHook
 from bot.metrics import METRICS
@@ -112,26 +115,24 @@ def _approval_error(e: ApprovalError) -> web.Response:
     return error_response(status, e.code, e.message, details)
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The one place errors become HTTP responses; nothing else builds an error body."""
-    try:
-        return await handler(request)
-    except web.HTTPException as e:
+def http_error(request: web.Request, e: Exception) -> web.Response:
+    """The one place errors become HTTP responses; nothing else builds an error body. An
+    `HTTPException` below 400 (a redirect) is not an error: it is raised again."""
+    if isinstance(e, web.HTTPException):
         if e.status < 400:
-            raise
+            raise e
         code = _HTTP_CODES.get(e.status, "http_error")
         message = f"no route for {request.method} {request.path}" if e.status == 404 else e.reason
         kept = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after")}
         return error_response(e.status, code, message, headers=kept or None)
-    except APIError as e:
+    if isinstance(e, APIError):
         return error_response(e.status, e.code, e.message, e.details, e.headers)
-    except ApprovalError as e:
+    if isinstance(e, ApprovalError):
         log.info("api refused method=%s path=%s code=%s", request.method, request.path, e.code)
         if isinstance(e, StoreUnavailable) and (metrics := request.app.get(METRICS)) is not None:
             metrics.redis_errors.labels(component="api").inc()
         return _approval_error(e)
-    except ValidationError as e:
+    if isinstance(e, ValidationError):
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
             for err in e.errors()[:5]
@@ -139,14 +140,41 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(
             422, "invalid_request", f"invalid request: {problems}", error_details(e)
         )
-    except (RedisConnectionError, RedisTimeoutError) as e:
+    if isinstance(e, (RedisConnectionError, RedisTimeoutError)):
         log.warning("api store unavailable path=%s error=%r", request.path, e)
         if (metrics := request.app.get(METRICS)) is not None:
             metrics.redis_errors.labels(component="api").inc()
         return error_response(503, "store_unavailable", "Redis is unreachable; try again")
-    except Exception:
-        log.exception("api internal error method=%s path=%s", request.method, request.path)
-        return error_response(500, "internal", "internal server error")
+    log.error("api internal error method=%s path=%s", request.method, request.path, exc_info=e)
+    return error_response(500, "internal", "internal server error")
+
+
+#: A handler marked so (`maps_own_errors`) answers its errors through `http_error` itself.
+_OWN_ERRORS = "_maps_own_errors"
+
+
+def maps_own_errors(handler: Callable[..., Awaitable[web.StreamResponse]]) -> Any:
+    """Mark a handler that catches its own errors and answers them with `http_error`:
+    `error_middleware` passes it through without a coroutine frame of its own (a parked
+    long-poll holds every frame on its await chain for as long as it waits)."""
+    setattr(handler, _OWN_ERRORS, True)
+    return handler
+
+
+@web.middleware
+def error_middleware(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
+    """`http_error` around every handler; a `maps_own_errors` handler's coroutine is returned
+    as it is (this is a plain function, so it then adds no frame to the handler's await)."""
+    if getattr(handler, _OWN_ERRORS, False):
+        return handler(request)
+    return _mapped(request, handler)
+
+
+async def _mapped(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except Exception as e:
+        return http_error(request, e)
 
 
 # -- request helpers ------------------------------------------------------------------------
@@ -184,8 +212,18 @@ async def read_json(
     return data
 
 
+def _query_value(request: web.Request, name: str) -> str | None:
+    """The first value of query parameter `name`, parsed from the raw request target each time:
+    `request.query` would keep a parsed copy on the request (a parked long-poll keeps it)."""
+    _, _, query = request.raw_path.partition("?")
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == name:
+            return value
+    return None
+
+
 def _number(request: web.Request, name: str, default: float, low: float, high: float) -> float:
-    raw = request.query.get(name)
+    raw = _query_value(request, name)
     if raw is None:
         return default
     try:
@@ -232,15 +270,20 @@ class ApprovalsAPI:
 
     def authorize(self, request: web.Request) -> Principal:
         """The caller's principal, from its bearer token (also kept on the request)."""
+        principal = self.authenticate(request)
+        request[PRINCIPAL] = principal
+        return principal
+
+    def authenticate(self, request: web.Request) -> Principal:
+        """The caller's principal, from its bearer token (401 none, 403 wrong, 503 none
+        configured)."""
         try:
-            principal = self.principals.authenticate(request.headers.get("Authorization"))
+            return self.principals.authenticate(request.headers.get("Authorization"))
         except AuthProblem as e:
             headers = (
                 {"WWW-Authenticate": 'Bearer realm="approval-bot"'} if e.status == 401 else None
             )
             raise APIError(e.status, e.code, e.message, headers=headers) from None
-        request[PRINCIPAL] = principal
-        return principal
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(self.document)
@@ -248,15 +291,8 @@ class ApprovalsAPI:
     async def _own(self, request: web.Request, request_id: str) -> ApprovalRequest:
         """The request, if the caller may see it; another principal's is `NotFound` (404),
         exactly like an unknown id, so ids of others' requests reveal nothing."""
-        return self._visible(request, request_id, await self.ctx.store.get(request_id))
-
-    def _visible(
-        self, request: web.Request, request_id: str, found: ApprovalRequest
-    ) -> ApprovalRequest:
-        principal: Principal = request[PRINCIPAL]
-        if not principal.may_see(found.principal):
-            raise NotFound(f"no approval request with id {request_id!r}")
-        return found
+        found = await self.ctx.store.get(request_id)
+        return _visible(request[PRINCIPAL], request_id, found)
 
     async def create(self, request: web.Request) -> web.Response:
         principal: Principal = request[PRINCIPAL]
@@ -285,49 +321,60 @@ class ApprovalsAPI:
             headers={"Location": f"/v1/approvals/{created.id}"},
         )
 
-    async def get(self, request: web.Request) -> web.Response:
-        """`GET /v1/approvals/{id}[?wait=N]`, bearer token checked here (not by `guard`: one
-        coroutine frame less on every parked long-poll)."""
-        self.authorize(request)
-        request_id = request.match_info["id"]
-        wait = _number(request, "wait", 0.0, 0.0, 24 * 3600.0)
-        wait = min(wait, self.ctx.max_wait_seconds)
-        waiter = self.ctx.waiter
-        if wait <= 0:
-            return web.json_response(approval_object(await self._own(request, request_id)))
-        if self.ctx.draining.is_set():
-            return shutting_down_response()
-        if not waiter.started:
-            await waiter.start()
-        # Watch first, then read: a decision published from now on wakes the watch, one made
-        # before is in this read (which also checks the caller may see the request). Parked,
-        # a long-poll holds its connection, this frame and one future + timer in the Waiter:
-        # no task, no copy of the request; `Bot.drain` fails the watch with `Drained`.
+    @maps_own_errors
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        """`GET /v1/approvals/{id}[?wait=N]`. The bearer token is checked here (not by `guard`)
+        and errors answered here (`http_error`, not through `error_middleware`): one coroutine
+        frame on a parked long-poll's await chain instead of three."""
         try:
-            watch = waiter.watch(request_id, wait, interruptible=True)
-        except Drained:
-            return shutting_down_response()
-        try:
-            # Read through the Waiter (batched on its own connection), not the shared pool: a
-            # burst of long-polls arriving at once keeps Redis connections constant.
-            found = self._visible(request, request_id, await waiter.read(request_id))
-            if not found.is_pending:
+            principal = self.authenticate(request)
+            request_id = request.match_info["id"]
+            wait = _number(request, "wait", 0.0, 0.0, 24 * 3600.0)
+            wait = min(wait, self.ctx.max_wait_seconds)
+            waiter = self.ctx.waiter
+            if wait <= 0:
+                found = _visible(principal, request_id, await self.ctx.store.get(request_id))
                 return web.json_response(approval_object(found))
-            del found
-            parked = self.ctx.metrics.long_polls.labels(via="api")
-            parked.inc()
+            if self.ctx.draining.is_set():
+                return shutting_down_response()
+            if not waiter.started:
+                await waiter.start()
+            # Watch first, then read: a decision published from now on wakes the watch, one
+            # made before is in this read (which also checks the caller may see the request).
+            # Parked, a long-poll holds its connection, this frame and its `Watch` in the
+            # Waiter: no task, no timer, no copy of the request. `Bot.drain` fails the watch
+            # with `Drained`; the client closing its connection, with `CallerGone`.
             try:
-                decided = await watch.future
-            except ApprovalTimeout:  # long-polls parked together time out together: batched
-                return web.json_response(approval_object(await waiter.read(request_id)))
+                watch = waiter.watch(
+                    request_id, wait, interruptible=True, transport=request.transport
+                )
             except Drained:
                 return shutting_down_response()
+            try:
+                # Read through the Waiter (batched on its own connection), not the shared pool:
+                # a burst of long-polls arriving at once keeps Redis connections constant.
+                found = _visible(principal, request_id, await waiter.read(request_id))
+                if not found.is_pending:
+                    return web.json_response(approval_object(found))
+                del found
+                parked = self.ctx.metrics.long_polls.labels(via="api")
+                parked.inc()
+                try:
+                    decided = await watch
+                except ApprovalTimeout:  # long-polls parked together time out together: batched
+                    return web.json_response(approval_object(await waiter.read(request_id)))
+                except Drained:
+                    return shutting_down_response()
+                except CallerGone:  # nobody reads this
+                    return web.Response(status=204)
+                finally:
+                    parked.dec()
             finally:
-                parked.dec()
-        finally:
-            waiter.unwatch(watch)
-        self.ctx.metrics.resumed(decided, "api")
-        return web.json_response(approval_object(decided))
+                waiter.unwatch(watch)
+            self.ctx.metrics.resumed(decided, "api")
+            return web.json_response(approval_object(decided))
+        except Exception as e:
+            return http_error(request, e)
 
     async def cancel(self, request: web.Request) -> web.Response:
         """Withdraw a pending request, attributed to the caller's principal (never to a name
@@ -365,12 +412,20 @@ class ApprovalsAPI:
         return web.json_response({"approval": found})
 
 
+def _visible(principal: Principal, request_id: str, found: ApprovalRequest) -> ApprovalRequest:
+    """`found`, if `principal` may see it; another principal's is `NotFound` (404), exactly
+    like an unknown id, so ids of others' requests reveal nothing."""
+    if not principal.may_see(found.principal):
+        raise NotFound(f"no approval request with id {request_id!r}")
+    return found
+
+
 def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     """Register the agent API on `app` (which should carry `error_middleware`)."""
     api = ApprovalsAPI(ctx)
     app.router.add_get("/openapi.json", api.openapi)
     app.router.add_post("/v1/approvals", api.guard(api.create))
-    app.router.add_get("/v1/approvals/{id}", api.get)  # checks the token itself
+    app.router.add_get("/v1/approvals/{id}", api.get)  # checks the token, maps its errors
     app.router.add_post("/v1/approvals/{id}/cancel", api.guard(api.cancel))
     app.router.add_post("/v1/calls/cancel", api.guard(api.cancel_call))
     # Not guarded: the hook answers bad credentials with a deny Claude Code reads (HTTP 200).

@@ -12,11 +12,14 @@ again, so a decision published while the connection was down is never missed.
 All reads are batched into one pipeline, so Redis connections stay constant
 in the number of waiters.
 
-A wait costs one future, one timer and a registry entry (no task, no
-`wait_for`/`shield`): the HTTP API parks thousands of long-polls on it.
-`watch()` registers without the first read, for a caller that reads the
-request itself right after (the API's long-poll: its read also checks the
-caller's principal), through `read()`, batched on the Waiter's connection;
+A wait is one object, its `Watch` (a future: no task, no `wait_for`/`shield`,
+no timer of its own), chained from one registry entry per request id: the
+HTTP API parks thousands of long-polls on it. Deadlines are one heap and one
+`loop.call_at` for the earliest, not a timer per wait. `watch()` registers
+without the first read, for a caller that reads the request itself right
+after (the API's long-poll: its read also checks the caller's principal),
+through `read()`, batched on the Waiter's connection; a watch given its
+caller's `transport` ends with `CallerGone` soon after that connection closes;
 `interrupt()` fails every `interruptible` wait at once (the bot's drain);
 `deliver()` settles waits from a decision this process just made.
 """
@@ -25,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -47,22 +51,40 @@ log = logging.getLogger(__name__)
 _REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError, StoreUnavailable)
 
 
-class Watch:
-    """One registered wait (`Waiter.watch`): the future its caller awaits, and its timer."""
+class CallerGone(Exception):
+    """The connection of a watch's caller closed (`Waiter.watch(transport=…)`): nobody is
+    left to answer."""
 
-    __slots__ = ("future", "interruptible", "request_id", "timer")
 
-    def __init__(
-        self,
-        request_id: str,
-        future: asyncio.Future[ApprovalRequest],
-        timer: asyncio.TimerHandle | None,
-        interruptible: bool,
-    ) -> None:
-        self.request_id = request_id
-        self.future = future
-        self.timer = timer
-        self.interruptible = interruptible
+class Watch(asyncio.Future[ApprovalRequest]):
+    """One registered wait (`Waiter.watch`), and the future its caller awaits: the request once
+    it is decided, or `ApprovalTimeout`, `NotFound`, the `interrupt()` error, `CallerGone`.
+
+    One object per wait: no timer (its `deadline` sits in the Waiter's heap), no list (the
+    watches of one request id are chained through `next`)."""
+
+    __slots__ = ("deadline", "interruptible", "next", "request_id", "timeout", "transport")
+
+    request_id: str
+    timeout: float | None
+    deadline: _Deadline | None  # its entry in the Waiter's deadline heap, while there
+    interruptible: bool
+    transport: asyncio.BaseTransport | None
+    next: Watch | None
+
+
+class _Deadline:
+    """An entry of the deadline heap: when, and the watch it ends (None once unwatched, so an
+    entry left in the heap holds nothing of the watch or its result)."""
+
+    __slots__ = ("at", "watch")
+
+    def __init__(self, at: float, watch: Watch) -> None:
+        self.at = at
+        self.watch: Watch | None = watch
+
+    def __lt__(self, other: _Deadline) -> bool:
+        return self.at < other.at
 
 
 class Waiter:
@@ -76,17 +98,25 @@ class Waiter:
         store: ApprovalStore | None = None,
         recheck_interval: float = 10.0,
         batch_size: int = 100,
+        gone_interval: float = 2.0,
     ) -> None:
         self.redis = redis
         self.keys = keys
         self.store = store or ApprovalStore(redis, keys)
         self.recheck_interval = recheck_interval
         self.batch_size = batch_size
-        # Per waited id, its callers' futures (a list: almost always one). A wait costs one
-        # future, one timer and a list here: no task, no shield, no wait_for.
-        self._futures: dict[str, list[asyncio.Future[ApprovalRequest]]] = {}
-        # The futures of `interruptible` waits, failed at once by `interrupt()`.
-        self._interruptible: set[asyncio.Future[ApprovalRequest]] = set()
+        self.gone_interval = gone_interval  # how often watches' transports are looked at
+        # Per waited id, the first of its watches (the others chained through `Watch.next`:
+        # almost always none). A wait costs its `Watch` and a place in the deadline heap.
+        self._watches: dict[str, Watch] = {}
+        self._count = 0
+        # Deadlines: a heap, one `call_at` for the earliest. The entry of an unwatched watch
+        # stays in the heap, emptied, until its time (no search to remove it); the heap is
+        # rebuilt when such entries are over half of it.
+        self._deadlines: list[_Deadline] = []
+        self._dead = 0
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._with_transport = 0  # watches that carry their caller's transport
         self._interrupted: Callable[[], Exception] | None = None
         # Three queues, served in this order so a fresh decision never waits behind bulk work:
         # ids whose decision was just published (read whole, one round trip), ids whose wait
@@ -105,7 +135,14 @@ class Waiter:
 
     @property
     def waiting(self) -> int:
-        return sum(len(f) for f in self._futures.values())
+        return self._count
+
+    def _all(self) -> Iterator[Watch]:
+        for head in list(self._watches.values()):
+            w: Watch | None = head
+            while w is not None:
+                yield w
+                w = w.next
 
     async def start(self) -> None:
         """Subscribe and start the listener and checker; returns once subscribed."""
@@ -130,12 +167,18 @@ class Waiter:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()  # type: ignore[no-untyped-call]
             self._pubsub = None
-        for futures in self._futures.values():
-            for fut in futures:
-                if not fut.done():
-                    fut.cancel()
-        self._futures.clear()
-        self._interruptible.clear()
+        for w in self._all():
+            w.cancel()
+        self._watches.clear()
+        self._count = self._with_transport = self._dead = 0
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        for d in self._deadlines:
+            if d.watch is not None:
+                d.watch.deadline = None
+                d.watch = None
+        self._deadlines.clear()
         for reads in self._reads.values():
             for fut in reads:
                 fut.cancel()
@@ -170,59 +213,118 @@ class Waiter:
         self._fresh.add(request_id)
         self._check_wanted.set()
         try:
-            return await watch.future
+            return await watch
         finally:
             self.unwatch(watch)
 
     def watch(
-        self, request_id: str, timeout: float | None, *, interruptible: bool = False
+        self,
+        request_id: str,
+        timeout: float | None,
+        *,
+        interruptible: bool = False,
+        transport: asyncio.BaseTransport | None = None,
     ) -> Watch:
-        """Register a wait without reading the request: `watch.future` gets the request once
-        a decision on it is *published* (or re-read after a reconnect, or on the periodic
-        tick), `ApprovalTimeout` after `timeout`. The caller must read the request itself
-        after this call (a decision made before it is not published again) and must call
-        `unwatch` when done. For callers that read anyway (the HTTP long-poll: its own read
-        checks the caller's principal) this saves the Waiter's first read. Needs `start()`."""
+        """Register a wait without reading the request: the returned `Watch` (a future) gets
+        the request once a decision on it is *published* (or re-read after a reconnect, or on
+        the periodic tick), `ApprovalTimeout` after `timeout`, and `CallerGone` within about
+        `gone_interval` of `transport` (the caller's connection, if any) closing. The caller
+        must read the request itself after this call (a decision made before it is not
+        published again) and must call `unwatch` when done. For callers that read anyway (the
+        HTTP long-poll: its own read checks the caller's principal) this saves the Waiter's
+        first read. Needs `start()`."""
         if interruptible and self._interrupted is not None:
             raise self._interrupted()
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[ApprovalRequest] = loop.create_future()
-        waiters = self._futures.get(request_id)
-        if waiters is None:
-            self._futures[request_id] = [fut]
-        else:
-            waiters.append(fut)
-        if interruptible:
-            self._interruptible.add(fut)
-        timer = (
-            loop.call_later(timeout, _time_out, fut, request_id, timeout)
-            if timeout is not None
-            else None
-        )
-        return Watch(request_id, fut, timer, interruptible)
+        w = Watch(loop=loop)
+        w.request_id = request_id
+        w.timeout = timeout
+        w.deadline = None
+        w.interruptible = interruptible
+        w.transport = transport
+        w.next = self._watches.get(request_id)
+        self._watches[request_id] = w
+        self._count += 1
+        if transport is not None:
+            self._with_transport += 1
+        if timeout is not None:
+            w.deadline = _Deadline(loop.time() + timeout, w)
+            heapq.heappush(self._deadlines, w.deadline)
+            if self._deadlines[0] is w.deadline:
+                self._arm(loop)
+        return w
 
     def unwatch(self, watch: Watch) -> None:
-        """Forget a `watch` (its future is cancelled if it has no outcome yet)."""
-        fut = watch.future
-        if watch.timer is not None:
-            watch.timer.cancel()
-        if watch.interruptible:
-            self._interruptible.discard(fut)
-        waiters = self._futures.get(watch.request_id)
-        if waiters is not None:
-            with contextlib.suppress(ValueError):
-                waiters.remove(fut)
-            if not waiters:
-                del self._futures[watch.request_id]
-        if not fut.done():
-            fut.cancel()
+        """Forget a `watch` (it is cancelled if it has no outcome yet)."""
+        head = self._watches.get(watch.request_id)
+        if head is watch:
+            if watch.next is None:
+                del self._watches[watch.request_id]
+            else:
+                self._watches[watch.request_id] = watch.next
+            self._forgotten(watch)
+        elif head is not None:
+            w = head
+            while w.next is not None and w.next is not watch:
+                w = w.next
+            if w.next is watch:
+                w.next = watch.next
+                self._forgotten(watch)
+        if not watch.done():
+            watch.cancel()
+
+    def _forgotten(self, watch: Watch) -> None:
+        self._count -= 1
+        if watch.transport is not None:
+            watch.transport = None
+            self._with_transport -= 1
+        watch.next = None
+        if watch.deadline is not None:  # its entry stays in the heap, emptied
+            watch.deadline.watch = None
+            watch.deadline = None
+            self._dead += 1
+            if self._dead > 256 and 2 * self._dead > len(self._deadlines):
+                self._compact()
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One timer, at the earliest deadline."""
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_timer = (
+            loop.call_at(self._deadlines[0].at, self._expire) if self._deadlines else None
+        )
+
+    def _expire(self) -> None:
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        heap = self._deadlines
+        now = loop.time() + 0.001  # the clock's resolution (uvloop's: 1 ms), as asyncio allows
+        while heap and heap[0].at <= now:
+            w = heapq.heappop(heap).watch
+            if w is None:  # unwatched before its deadline
+                self._dead -= 1
+                continue
+            w.deadline = None
+            if not w.done():
+                w.set_exception(
+                    ApprovalTimeout(f"no decision on {w.request_id} within {w.timeout:g} s")
+                )
+        self._arm(loop)
+
+    def _compact(self) -> None:
+        """Drop unwatched entries from the deadline heap."""
+        live = [d for d in self._deadlines if d.watch is not None]
+        heapq.heapify(live)
+        self._deadlines = live
+        self._dead = 0
+        self._arm(asyncio.get_running_loop())
 
     def deliver(self, request: ApprovalRequest) -> None:
         """A decision this process just made (`ApprovalStore.on_decided`: the request as the
         compare-and-set's script left it): settle the callers waiting on it now. The message
         still comes and is ignored when nobody waits any more; a decision made elsewhere takes
         the usual way (message, then a read)."""
-        if not request.is_pending and request.id in self._futures:
+        if not request.is_pending and request.id in self._watches:
             self._settle(request.id, result=request)
 
     async def read(self, request_id: str) -> ApprovalRequest:
@@ -239,11 +341,19 @@ class Waiter:
         shutdown answers parked long-polls this way); returns how many were waiting."""
         self._interrupted = error
         failed = 0
-        for fut in list(self._interruptible):
-            if not fut.done():
-                fut.set_exception(error())
+        for w in self._all():
+            if w.interruptible and not w.done():
+                w.set_exception(error())
                 failed += 1
         return failed
+
+    def _release_gone(self) -> None:
+        """End the watches whose caller's connection has closed."""
+        if not self._with_transport:
+            return
+        for w in self._all():
+            if w.transport is not None and w.transport.is_closing() and not w.done():
+                w.set_exception(CallerGone(f"the caller waiting on {w.request_id} went away"))
 
     # -- internals ---------------------------------------------------------------------
 
@@ -272,18 +382,25 @@ class Waiter:
                 self._subscribed.set()
                 if self.subscriptions > 1:
                     log.info("waiter resubscribed waiting=%d", self.waiting)
-                self._request_check(list(self._futures))
+                self._request_check(list(self._watches))
             elif kind == "message":
                 request_id = message.get("data")
-                if isinstance(request_id, str) and request_id in self._futures:
+                if isinstance(request_id, str) and request_id in self._watches:
                     self._hinted.add(request_id)
                     self._check_wanted.set()
 
     async def _tick(self) -> None:
+        """Every `gone_interval`, release watches whose caller left; every `recheck_interval`,
+        re-read every waited id."""
+        loop = asyncio.get_running_loop()
+        recheck_at = loop.time() + self.recheck_interval
         while True:
-            await asyncio.sleep(self.recheck_interval)
-            if self._futures:
-                self._request_check(list(self._futures))
+            await asyncio.sleep(min(self.gone_interval, max(0.0, recheck_at - loop.time())))
+            self._release_gone()
+            if loop.time() >= recheck_at:
+                recheck_at = loop.time() + self.recheck_interval
+                if self._watches:
+                    self._request_check(list(self._watches))
 
     async def _check_loop(self) -> None:
         while True:
@@ -297,7 +414,7 @@ class Waiter:
                 queue = self._hinted or self._fresh or self._to_check
                 chunk = list(itertools.islice(queue, self.batch_size))
                 queue.difference_update(chunk)
-                batch = [i for i in chunk if i in self._futures]
+                batch = [i for i in chunk if i in self._watches]
                 if not batch:
                     continue
                 try:
@@ -363,15 +480,11 @@ class Waiter:
         result: ApprovalRequest | None = None,
         error: Exception | None = None,
     ) -> None:
-        for fut in self._futures.get(request_id, ()):
-            if fut.done():
-                continue
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(result)  # type: ignore[arg-type]
-
-
-def _time_out(fut: asyncio.Future[ApprovalRequest], request_id: str, timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(ApprovalTimeout(f"no decision on {request_id} within {timeout:g} s"))
+        w = self._watches.get(request_id)
+        while w is not None:
+            if not w.done():
+                if error is not None:
+                    w.set_exception(error)
+                else:
+                    w.set_result(result)  # type: ignore[arg-type]
+            w = w.next

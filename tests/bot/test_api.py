@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -25,6 +26,7 @@ from bot.context import BotContext
 from bot.hook_endpoint import PROBLEM_HEADER
 from bot.principals import derived_name
 from bot.schemas import ApprovalObject
+from tests.support import eventually
 
 AUTH = {"Authorization": "Bearer test-token"}
 
@@ -781,8 +783,6 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
     with its own decision."""
     import aiohttp
 
-    from tests.support import eventually
-
     name = f"api-{keys.prefix}"
     ctx = await _parked_ctx(redis_url, keys, name)
     client = await make_client(ctx)
@@ -848,7 +848,6 @@ async def test_draining_answers_parked_long_polls_503_and_leaves_nothing_parked(
     """A drain (what `Bot.drain` does: set `draining`, interrupt the Waiter) answers every
     parked long-poll with 503 `shutting_down` at once, and any long-poll after it too."""
     from bot.shutdown import Drained
-    from tests.support import eventually
 
     made = [await create(client, arguments={"n": i}) for i in range(5)]
     polls = [
@@ -866,3 +865,106 @@ async def test_draining_answers_parked_long_polls_503_and_leaves_nothing_parked(
     assert (await error_of(resp, 503))["code"] == "shutting_down"
     resp = await client.get(f"/v1/approvals/{made[0]['id']}", headers=AUTH)
     assert resp.status == 200 and (await resp.json())["status"] == "pending"
+
+
+# -- a parked long-poll's footprint: frames, the client going away --------------------------------
+
+
+async def test_a_parked_long_poll_holds_one_frame_of_ours_and_still_maps_its_errors(
+    ctx: BotContext, client: Client
+) -> None:
+    """`error_middleware` passes the long-poll through without a coroutine frame of its own: on
+    a parked long-poll's await chain the only frame of the bot is `ApprovalsAPI.get` (every
+    frame there is held for as long as it waits). Its errors still answer as JSON."""
+    made = await create(client)
+    poll = asyncio.create_task(client.get(f"/v1/approvals/{made['id']}?wait=30", headers=AUTH))
+    await eventually(lambda: ctx.waiter.waiting == 1, what="the long-poll parked")
+    chains = []
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        chain = []
+        while coro is not None and hasattr(coro, "cr_code"):
+            chain.append(coro.cr_code)
+            coro = coro.cr_await
+        if any(code.co_name == "get" and code.co_filename.endswith("api.py") for code in chain):
+            chains.append(chain)
+    assert len(chains) == 1, "one parked handler"
+    ours = [c.co_qualname for c in chains[0] if "/bot/" in c.co_filename]
+    assert ours == ["ApprovalsAPI.get"]
+    await ctx.service.decide(made["id"], "approve", Actor("U1"))
+    resp = await poll
+    assert (await resp.json())["status"] == "approved"
+    assert ctx.waiter.waiting == 0
+    # The errors of the route are still the API's JSON errors (`http_error`).
+    resp = await client.get(f"/v1/approvals/{made['id']}?wait=5")
+    assert (await error_of(resp, 401))["code"] == "unauthorized"
+    resp = await client.get("/v1/approvals/apr_nosuchrequest?wait=5", headers=AUTH)
+    assert (await error_of(resp, 404))["code"] == "not_found"
+    resp = await client.get(f"/v1/approvals/{made['id']}?wait=5&wait=x", headers=AUTH)
+    assert resp.status == 200, "the first value counts, as request.query has it"
+    resp = await client.get(f"/v1/approvals/{made['id']}?wait=%2D1", headers=AUTH)
+    assert (await error_of(resp, 422))["details"][0]["loc"] == ["query", "wait"]
+    assert ctx.waiter.waiting == 0
+
+
+async def test_a_long_poll_whose_client_goes_away_leaves_nothing_parked(
+    make_bot: Any, slack: Any
+) -> None:
+    """In `serve` aiohttp does not cancel a handler when its client disconnects
+    (`handler_cancellation` is off, unlike aiohttp's test server): the Waiter notices the
+    closed transport and ends the watch, so the gauge, the Waiter's registry and the
+    connection's memory are released long before the wait (30 s here) would end."""
+    from tests.bot.test_metrics import scrape, total
+
+    bot = await make_bot()
+    assert bot.ctx is not None
+    ctx = bot.ctx
+    base = f"http://127.0.0.1:{bot.port}"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{base}/v1/approvals", json={"tool_name": "deploy", "arguments": {}}, headers=AUTH
+        ) as resp:
+            assert resp.status == 201
+            rids = [(await resp.json())["id"]]
+        async with http.post(
+            f"{base}/v1/approvals",
+            json={"tool_name": "deploy", "arguments": {"n": 2}},
+            headers=AUTH,
+        ) as resp:
+            rids.append((await resp.json())["id"])
+    # Two raw connections park a long-poll each; one goes away, the other stays.
+    conns = []
+    for rid in rids:
+        reader, writer = await asyncio.open_connection("127.0.0.1", bot.port)
+        writer.write(
+            f"GET /v1/approvals/{rid}?wait=30 HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: {AUTH['Authorization']}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        conns.append((reader, writer))
+    await eventually(lambda: ctx.waiter.waiting == 2, what="two long-polls parked")
+    assert total(await scrape(bot), "approvals_long_polls_parked", via="api") == 2
+    gone = conns[0][1]
+    gone.close()
+    await gone.wait_closed()
+    await eventually(lambda: ctx.waiter.waiting == 1, within=20, what="the gone one released")
+
+    async def parked() -> bool:
+        return total(await scrape(bot), "approvals_long_polls_parked", via="api") == 1
+
+    await eventually(parked, what="the gauge back to one")
+    # The other one is still parked and still wakes on the decision.
+    await ctx.service.decide(rids[1], "approve", Actor("U1"))
+    reader, writer = conns[1]
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 200")
+    length = int(
+        next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[
+            1
+        ]
+    )
+    assert json.loads(await reader.readexactly(length))["status"] == "approved"
+    writer.close()
+    await writer.wait_closed()
+    assert ctx.waiter.waiting == 0
+    assert total(await scrape(bot), "approvals_long_polls_parked", via="api") == 0

@@ -314,13 +314,13 @@ async def test_a_watch_hears_what_is_published_after_it_and_leaves_nothing_behin
         dropped = waiter.watch(c, 30)
         assert waiter.waiting == 3
         await store.resolve(a, Decision.deny("no", by="U1"))
-        assert (await asyncio.wait_for(woken.future, 10)).status == "denied"
+        assert (await asyncio.wait_for(woken, 10)).status == "denied"
         with pytest.raises(ApprovalTimeout):
-            await asyncio.wait_for(timed_out.future, 10)
+            await asyncio.wait_for(timed_out, 10)
         for w in (woken, timed_out, dropped):
             waiter.unwatch(w)
-        assert dropped.future.cancelled()
-        assert waiter.waiting == 0 and not waiter._futures and not waiter._interruptible
+        assert dropped.cancelled()
+        assert waiter.waiting == 0 and not waiter._watches
 
 
 async def test_stop_ends_the_waiter_when_a_read_loses_its_cancellation(
@@ -401,9 +401,9 @@ async def test_a_decision_made_in_this_process_wakes_its_waiters_from_the_cas_re
         theirs = waiter.watch(other, 30)
         result = await store.resolve(rid, Decision.approve(by="U1", input="go"))
         assert result.won and result.request.status == "approved"
-        got = await asyncio.wait_for(mine.future, 10)
+        got = await asyncio.wait_for(mine, 10)
         assert got.id == rid and got.decision is not None and got.decision.input == "go"
-        assert not theirs.future.done()
+        assert not theirs.done()
         lost = await store.resolve(rid, Decision.deny("late", by="U2"))
         assert not lost.won  # a loser delivers nothing
         for w in (mine, theirs):
@@ -427,10 +427,10 @@ async def test_a_deciding_vote_made_in_this_process_wakes_its_waiters_too(
         watch = waiter.watch(rid, 30)
         first = await store.vote(rid, "U1", "approve")
         assert first.status == "recorded"
-        assert not watch.future.done()
+        assert not watch.done()
         second = await store.vote(rid, "U2", "approve")
         assert second.status == "decided"
-        got = await asyncio.wait_for(watch.future, 10)
+        got = await asyncio.wait_for(watch, 10)
         assert got.status == "approved" and {v.user for v in got.votes} == {"U1", "U2"}
         waiter.unwatch(watch)
     finally:
@@ -458,3 +458,76 @@ async def test_reads_are_batched_on_the_waiters_own_connections(
     finally:
         await waiter.stop()
         await wredis.aclose()
+
+
+async def test_deadlines_share_one_timer_and_unwatched_ones_are_dropped(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """Timeouts come from one heap and one timer (no timer per wait): each watch times out on
+    its own deadline whatever order they were made in; watches given up before their deadline
+    fail nothing and are dropped from the heap once they are most of it."""
+    a, b, c = await new_pending(store, 3)
+    async with Waiter(redis, keys, store=store) as waiter:
+        late = waiter.watch(a, 30)
+        soon = waiter.watch(b, 0.05)
+        sooner = waiter.watch(c, 0.02)
+        assert waiter._deadlines[0].watch is sooner
+        for w in (sooner, soon):
+            with pytest.raises(ApprovalTimeout, match=r"within 0\.0"):
+                await asyncio.wait_for(w, 10)
+        assert not late.done()
+        assert len(waiter._deadlines) == 1  # the two that timed out left the heap
+        given_up = [waiter.watch(a, 0.3 + i / 1000) for i in range(300)]
+        for w in given_up[:256]:
+            waiter.unwatch(w)
+        assert all(w.cancelled() for w in given_up[:256])
+        assert len(waiter._deadlines) == 301  # a few given up: kept, dropped at their time
+        waiter.unwatch(given_up[256])
+        assert len(waiter._deadlines) == 301 - 257, "rebuilt without the 257 given up"
+        for w in given_up[257:290]:
+            waiter.unwatch(w)
+        for w in given_up[290:]:
+            with pytest.raises(ApprovalTimeout):
+                await asyncio.wait_for(w, 10)
+            waiter.unwatch(w)
+        for w in (late, soon, sooner):
+            waiter.unwatch(w)
+        assert waiter.waiting == 0 and not waiter._watches
+        # What is left in the heap are emptied entries, dropped at their time (late's, 30 s).
+        await eventually(lambda: len(waiter._deadlines) == 1, what="the given up ones dropped")
+        assert waiter._deadlines[0].watch is None and waiter._dead == 1
+
+
+class FakeTransport(asyncio.BaseTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+
+async def test_a_watch_ends_when_its_callers_transport_closes(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """`watch(transport=…)`: once the caller's connection closes, the watch ends with
+    `CallerGone` (the HTTP long-poll's client went away); other watches on the same request
+    go on and still wake on the decision."""
+    from approvals.store.waiting import CallerGone
+
+    (rid,) = await new_pending(store, 1)
+    async with Waiter(redis, keys, store=store, gone_interval=0.05) as waiter:
+        left, stays = FakeTransport(), FakeTransport()
+        gone = waiter.watch(rid, 30, transport=left)
+        other = waiter.watch(rid, 30, transport=stays)
+        plain = waiter.watch(rid, 30)
+        left.closing = True
+        with pytest.raises(CallerGone):
+            await asyncio.wait_for(gone, 10)
+        waiter.unwatch(gone)
+        assert waiter.waiting == 2 and not other.done() and not plain.done()
+        await store.resolve(rid, Decision.approve(by="U1"))
+        for w in (other, plain):
+            assert (await asyncio.wait_for(w, 10)).status == "approved"
+            waiter.unwatch(w)
+        assert waiter.waiting == 0 and not waiter._watches
