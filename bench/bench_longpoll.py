@@ -63,6 +63,7 @@ REVIEWER = "U0BENCHREVIEWER"
 RSS_TARGET_KIB = 8.0  # per parked long-poll (issue 13)
 FLOOR_FACTOR = 5.0  # decision → returned p99 ≤ 5 x the floor (issue 13)
 WAIT = 60  # the bot caps ?wait= at 60 s (BotContext.max_wait_seconds); agents re-poll
+RELEASE_WITHIN = 15.0  # after the agents close their sockets: how long to watch the gauge
 
 # The bot, as `approval-bot serve`, with two additions: SIGUSR1 runs gc.collect(), so its RSS
 # can be read after a collection, and (with --profile-bot) SIGUSR2 toggles a cProfile.
@@ -207,6 +208,19 @@ async def wait_parked(
         await asyncio.sleep(every)
         got = await parked_gauge(http, bot)
     return got
+
+
+async def wait_released(
+    http: aiohttp.ClientSession, bot: BotProcess, within: float
+) -> tuple[int, float]:
+    """After the agents closed their connections: the gauge when it reached 0 or `within` s
+    passed, and the seconds that took."""
+    began = time.monotonic()
+    got = await parked_gauge(http, bot)
+    while got > 0 and time.monotonic() - began < within:
+        await asyncio.sleep(0.1)
+        got = await parked_gauge(http, bot)
+    return got, round(time.monotonic() - began, 1)
 
 
 # -- the agents (child process) -----------------------------------------------------------------
@@ -392,6 +406,7 @@ async def memory_phase(
                 still = await parked_gauge(http, bot)
                 errors, retried = await agents.ask("release")
                 load = os.getloadavg()[0]
+                left, release_s = await wait_released(http, bot, RELEASE_WITHIN)
             finally:
                 await agents.close()
     finally:
@@ -401,6 +416,8 @@ async def memory_phase(
         "parked": n,
         "parked_seen": parked,
         "parked_at_end": still,
+        "parked_after_release": left,
+        "release_s": release_s,
         "create_and_post_s": round(created_s, 1),
         "park_s": round(parked_s, 2),
         "rss_before_kib": rss0,
@@ -628,6 +645,7 @@ def print_report(r: dict[str, Any]) -> None:
                 f"{m['fds'][0]} → {m['fds'][1]}",
                 f"{c0['bot']}+{c0['waiter']} → {c1['bot']}+{c1['waiter']}",
                 m["park_s"],
+                f"{m['parked_after_release']} ({m['release_s']} s)",
                 m["loadavg_1m"],
             ]
         )
@@ -639,6 +657,7 @@ def print_report(r: dict[str, Any]) -> None:
                 b["rss_before_kib"],
                 b["rss_parked_kib"],
                 b["rss_per_long_poll_kib"],
+                None,
                 None,
                 None,
                 None,
@@ -658,6 +677,7 @@ def print_report(r: dict[str, Any]) -> None:
                     "fds",
                     "Redis conns bot+waiter",
                     "park s",
+                    "parked after close",
                     "load",
                 ],
                 rows,
