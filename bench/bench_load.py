@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import time
 import uuid
@@ -239,6 +240,26 @@ async def click_all(
     return sent, acks, errors
 
 
+def phase_file(out: str, k: int) -> str:
+    """The file `bench/profiled_serve.py` writes for its k-th profiled phase."""
+    if k == 1:
+        return out
+    if out.endswith(".pstats"):
+        return f"{out.removesuffix('.pstats')}.{k}.pstats"
+    return f"{out}.{k}"
+
+
+def wait_written(path: str, since: float, within: float = 10.0) -> None:
+    """Until `path` was written at or after `since` (epoch s), at most `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_mtime >= since:
+                return
+        time.sleep(0.01)
+    print(f"# the bot did not write its profile {path} within {within:g} s", flush=True)
+
+
 def _wall(rows: Sequence[Sequence[Any]]) -> float:
     return max(r[2] for r in rows) - min(r[1] for r in rows) if rows else 0.0
 
@@ -259,11 +280,21 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             agents = Agents(conn)
             cpu: dict[str, float] = {}
 
+            written = 0
+
             def bot_cpu(profile: int = 0) -> float:
                 """The bot's CPU seconds so far; profiling on (1) or off (-1) with
                 --bot-cprofile (phases: OUT create, OUT.2 post, OUT.3 click, OUT.4 cancel)."""
+                nonlocal written
                 if profile and args.bot_cprofile:
+                    sent = time.time()
                     proc.send_signal(signal.SIGUSR1 if profile > 0 else signal.SIGUSR2)
+                    if profile < 0:
+                        # Wait for the phase's file before the next phase's SIGUSR1: Python
+                        # runs pending handlers in signal-number order, so a SIGUSR1 sent
+                        # right after would run first and the phase would come out empty.
+                        written += 1
+                        wait_written(phase_file(args.bot_cprofile, written), sent)
                 return sum(process_cpu_s(proc.pid))
 
             try:
