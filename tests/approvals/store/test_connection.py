@@ -110,3 +110,27 @@ async def test_a_caller_that_finds_no_connection_in_time_is_refused(
         assert _opened(pool) == 1
     finally:
         await client.aclose()
+
+
+async def test_new_connections_do_not_read_the_package_metadata_again(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py left alone reads its own package metadata for every new connection (its
+    CLIENT SETINFO version): the client gives every connection one `DriverInfo`."""
+    import redis.utils
+
+    from approvals.store import connection
+
+    reads: list[int] = []
+    real = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version", lambda: reads.append(1) or real())
+    connection.driver_info.cache_clear()
+    client = connect(redis_url, max_connections=8, client_name="approval-bot-test-pool")
+    try:
+        # Eight blocking pops at once hold eight connections: the pool opens all of them.
+        await asyncio.gather(*(client.blpop([keys.lock(f"none:{n}")], 0.05) for n in range(8)))
+        assert _opened(_pool(client)) == 8
+        assert len(reads) == 1  # the one DriverInfo, made once
+    finally:
+        await client.aclose()
+        connection.driver_info.cache_clear()
