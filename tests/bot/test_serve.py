@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -146,10 +147,18 @@ async def test_two_serves_on_one_data_dir_share_one_server(
                 what="the take-over",
             )
             assert (tmp_path / "redis" / "server.url").read_text().strip() == url
-            async with http.get(
-                f"http://127.0.0.1:{ports[1]}/v1/approvals/{rid}", headers=headers
-            ) as resp:
-                assert resp.status == 200 and (await resp.json())["status"] == "pending"
+
+            async def read_back() -> dict[str, Any] | None:
+                async with http.get(
+                    f"http://127.0.0.1:{ports[1]}/v1/approvals/{rid}", headers=headers
+                ) as resp:
+                    # A 503 (store unavailable) right after the take-over is what an agent
+                    # retries (seen once in a soak beside CPU burners); anything else is final.
+                    assert resp.status in (200, 503), resp.status
+                    return await resp.json() if resp.status == 200 else None
+
+            found = await eventually(read_back, what="the request read after the take-over")
+            assert found["status"] == "pending"  # kept by the server's append-only file
         assert any("this one runs it now" in r.getMessage() for r in caplog.records)
     finally:
         for stop in stops:
