@@ -33,7 +33,7 @@ from approvals.store.outbox import Outbox
 from bot import copies, digest_blocks
 from bot.context import BotContext
 from bot.directory import reviewer_users
-from bot.slack_calls import UPDATE_PACE, Permanent, SlackCaller, Unsure
+from bot.slack_calls import UPDATE_PACE, Permanent, SlackCaller
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class DigestDrawer:
         """A second copy of a digest (an earlier attempt landed unseen): replace it with a
         pointer to the kept message, without buttons and without the digest metadata (so no
         later search takes it for the digest)."""
-        link = await self._permalink(kept)
+        link = await self.slack.permalink(kept)
         text = "This list was posted twice; it continues in " + (
             f"<{link}|the other message>" if link else "the other message of this list"
         )
@@ -262,18 +262,6 @@ class DigestDrawer:
             log.warning("retired a second copy of a digest ts=%s kept=%s", stray.ts, kept.ts)
         except Permanent as e:
             log.warning("could not retire a digest copy ts=%s error=%s", stray.ts, e.error)
-
-    async def _permalink(self, message: SlackMessage) -> str:
-        try:
-            answer = await self.slack.call(
-                message.channel,
-                "chat_getPermalink",
-                channel=message.channel,
-                message_ts=message.ts,
-            )
-            return str(answer.get("permalink") or "")
-        except (Permanent, Unsure):
-            return ""
 
     async def _render(self, digest_id: str) -> tuple[Digest | None, dict[str, Any]]:
         digest = await self.digests.get(digest_id)

@@ -77,19 +77,6 @@ class Reminders:
         opened = await self.calls.call(user, "conversations_open", users=user)
         await self._post(str(opened["channel"]["id"]), text=text)
 
-    async def _permalink(self, message: SlackMessage) -> str | None:
-        try:
-            answer = await self.calls.call(
-                message.channel,
-                "chat_getPermalink",
-                channel=message.channel,
-                message_ts=message.ts,
-            )
-            return str(answer["permalink"])
-        except (Permanent, Unsure) as e:
-            log.warning("no permalink channel=%s error=%s", message.channel, e)
-            return None
-
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="reminders")
 
@@ -188,7 +175,7 @@ class Reminders:
             await self._post(digest.channel, thread_ts=digest.ts, text=f"⏰ {mentions}: {what}")
             log.info("reminded digest via=thread requests=%d", len(requests))
             return 1
-        link = await self._permalink(digest)
+        link = await self.calls.permalink(digest)
         where = f"<{link}|the list>" if link else blocks.where(digest.channel)
         texts = {
             user: f"⏰ Reminder: {count} requests still need your review in {where}."
@@ -239,7 +226,7 @@ class Reminders:
             )
             log.info("reminded id=%s via=thread users=%d", request.id, len(users))
             return 1
-        link = await self._permalink(message)
+        link = await self.calls.permalink(message)
         where = f"<{link}|the request>" if link else blocks.where(message.channel)
         text = f"⏰ Reminder: your review is still needed on {where}. {summary}"
         sent = await self._dms(dict.fromkeys(users, text))

@@ -24,6 +24,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from approvals.models import SlackMessage
 from bot.context import BotContext
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,20 @@ class SlackCaller:
             except Permanent:
                 self._bot_id = ""
         return self._bot_id
+
+    async def permalink(self, message: SlackMessage) -> str | None:
+        """The message's permalink (chat.getPermalink); None (logged) when Slack gives none."""
+        try:
+            answer = await self.call(
+                message.channel,
+                "chat_getPermalink",
+                channel=message.channel,
+                message_ts=message.ts,
+            )
+        except (Permanent, Unsure) as e:
+            log.warning("no permalink channel=%s error=%s", message.channel, e)
+            return None
+        return str(answer.get("permalink") or "") or None
 
     async def dm_each(self, users: Iterable[str], text: str) -> None:
         """One paced DM to each user, once each, in order; a user who cannot be reached is
