@@ -355,6 +355,12 @@ class Dispatcher:
         if entry.op == "post":
             await self._post(request)
         elif entry.op == "update":
+            if not request.is_pending:
+                # Whoever waits on this decision is answered before the message is drawn:
+                # this read is as good as the Waiter's own (which then has nothing to do),
+                # and the draw is the costliest step here.
+                self.ctx.waiter.deliver(request)
+                await asyncio.sleep(0)
             await self._update(request, row)
             await self.drawer.touch(row)  # its digest rows, if it has any
             if not request.is_pending:

@@ -321,9 +321,9 @@ class Waiter:
 
     def deliver(self, request: ApprovalRequest) -> None:
         """A decision this process just made (`ApprovalStore.on_decided`: the request as the
-        compare-and-set's script left it): settle the callers waiting on it now. The message
-        still comes and is ignored when nobody waits any more; a decision made elsewhere takes
-        the usual way (message, then a read)."""
+        compare-and-set's script left it), or a decided request this process just read (the
+        dispatcher, before it draws the message): settle the callers waiting on it now. The
+        message still comes and is ignored when nobody waits any more."""
         if not request.is_pending and request.id in self._watches:
             self._settle(request.id, result=request)
 
