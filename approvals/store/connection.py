@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import hiredis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.sentinel import SentinelConnectionPool
 
@@ -75,6 +76,45 @@ def driver_info() -> Any:
     return DriverInfo()
 
 
+class CPacking:
+    """A connection mixin: commands packed by hiredis's C `pack_command` (redis-py's asyncio
+    connections pack in Python even with hiredis installed; its sync ones use hiredis).
+    Measured (redis-py 8.1, hiredis 3.5): 29 → 4.4 µs of CPU for the create script's 35
+    arguments. Same bytes for what the store sends (str, bytes, int, float; the property test
+    compares the two); anything hiredis does not take (another encoding than UTF-8/strict, a
+    memoryview, a type neither packs) goes redis-py's way, which packs it or raises its own
+    `DataError`."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        encoder = self.encoder  # type: ignore[attr-defined]
+        if encoder.encoding == "utf-8" and encoder.encoding_errors == "strict" and args:
+            head = args[0]
+            if isinstance(head, str):
+                args = (*head.encode().split(), *args[1:])
+            elif isinstance(head, bytes) and b" " in head:
+                args = (*head.split(), *args[1:])
+            try:
+                return [hiredis.pack_command(args)]
+            except Exception:  # redis-py's packer below packs it or says why
+                pass
+        return super().pack_command(*args)  # type: ignore[misc,no-any-return]
+
+
+_C_PACKED: dict[type, type] = {}
+
+
+def c_packing(connection_class: type) -> type:
+    """`connection_class` (redis-py's TCP, TLS or Unix socket connection) with `CPacking`
+    (one class per base, made once)."""
+    if issubclass(connection_class, CPacking):
+        return connection_class
+    packed = _C_PACKED.get(connection_class)
+    if packed is None:
+        name = f"CPacked{connection_class.__name__}"
+        packed = _C_PACKED[connection_class] = type(name, (CPacking, connection_class), {})
+    return packed
+
+
 class QuickBlockingPool(BlockingConnectionPool):
     """redis-py's bounded blocking pool, minus most of its cost per command when a connection
     is free and nobody is waiting for one (measured, redis-py 8.1: 50 → 34 µs of CPU per
@@ -86,6 +126,10 @@ class QuickBlockingPool(BlockingConnectionPool):
     waits in order, up to `timeout`; a connection coming back wakes the first waiter.
     (The bot does not turn on redis-py's OpenTelemetry observability, whose pool-wait
     figures this path does not record.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection_class = c_packing(self.connection_class)
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         if args or kwargs or not self._free_now():

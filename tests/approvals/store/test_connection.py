@@ -1,6 +1,6 @@
 """The bot's Redis pool (`approvals/store/connection.py`): bounded, callers past the bound wait
 in order and are woken when a connection comes back; a free connection is taken without
-redis-py's waiting machinery. Counts, not timings."""
+redis-py's waiting machinery; commands are packed in C, as redis-py would. Counts, not timings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from redis.asyncio import BlockingConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -134,3 +136,74 @@ async def test_new_connections_do_not_read_the_package_metadata_again(
     finally:
         await client.aclose()
         connection.driver_info.cache_clear()
+
+
+# -- commands packed in C (`CPacking`) --------------------------------------------------------
+
+_ARG = st.one_of(
+    st.text(),
+    st.binary(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+@given(
+    name=st.sampled_from(["SET", "EVALSHA", "CONFIG GET", b"HSET", b"CLIENT SETNAME", "x y z"]),
+    args=st.lists(_ARG, max_size=40),
+)
+def test_c_packing_sends_the_bytes_redis_py_would(name: Any, args: list[Any]) -> None:
+    from redis.asyncio.connection import Connection
+
+    from approvals.store.connection import c_packing
+
+    plain = Connection()
+    packed = c_packing(Connection)()
+    try:
+        expected = b"".join(plain.pack_command(name, *args))
+    except Exception as e:  # a string that cannot be encoded: the same error either way
+        with pytest.raises(type(e)):
+            packed.pack_command(name, *args)
+        return
+    assert b"".join(packed.pack_command(name, *args)) == expected
+    # Pipelines pack through the same method.
+    assert b"".join(packed.pack_commands([(name, *args), ("PING",)])) == b"".join(
+        plain.pack_commands([(name, *args), ("PING",)])
+    )
+
+
+@given(
+    bad=st.one_of(
+        st.booleans(), st.none(), st.lists(st.integers()), st.dictionaries(st.text(), st.text())
+    )
+)
+def test_c_packing_refuses_what_redis_py_refuses(bad: Any) -> None:
+    from redis.asyncio.connection import Connection
+    from redis.exceptions import DataError
+
+    from approvals.store.connection import c_packing
+
+    with pytest.raises(DataError):
+        c_packing(Connection)().pack_command("SET", "k", bad)
+
+
+async def test_every_client_connection_packs_in_c_and_round_trips(
+    redis_url: str, keys: Keys
+) -> None:
+    from approvals.store.connection import CPacking
+
+    client = connect(redis_url, max_connections=4, client_name="approval-bot-test-pool")
+    try:
+        value = "ünïcode \x00 \u2028" + "x" * 10_000
+        key = keys.lock("c-packing")
+        await client.set(key, value, ex=60)
+        assert await client.get(key) == value
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.set(key, 1.5, ex=60).get(key)
+            assert await pipe.execute() == [True, "1.5"]
+        await client.delete(key)
+        pool = _pool(client)
+        opened = [*pool._available_connections, *pool._in_use_connections]
+        assert opened and all(isinstance(c, CPacking) for c in opened)
+    finally:
+        await client.aclose()
