@@ -51,10 +51,11 @@ from approvals.integrations.coding_agents import (
 )
 from approvals.integrations.hook_input import loads
 from approvals.models import ApprovalRequest
-from approvals.store.waiting import CallerGone
+from approvals.store.waiting import CallerGone, Watch
 from bot.context import BotContext
 from bot.hook_endpoint import AgentHook
-from bot.metrics import METRICS
+from bot.metrics import METRICS, Metrics
+from bot.parked import Answer, Parking
 from bot.principals import AuthProblem, Principal, Principals
 from bot.schemas import (
     CancelApproval,
@@ -72,6 +73,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CHUNK = 64 * 1024
 #: Where `ApprovalsAPI.guard` keeps the caller's principal on the request.
 PRINCIPAL = web.RequestKey("principal", Principal)
+#: The app's detached long-polls (bot/parked.py), for the tests and the benches to count.
+PARKING = web.AppKey("parking", Parking)
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -118,18 +121,24 @@ def _approval_error(e: ApprovalError) -> web.Response:
 def http_error(request: web.Request, e: Exception) -> web.Response:
     """The one place errors become HTTP responses; nothing else builds an error body. An
     `HTTPException` below 400 (a redirect) is not an error: it is raised again."""
+    return mapped_error(e, request.method, request.path, request.app.get(METRICS))
+
+
+def mapped_error(e: Exception, method: str, path: str, metrics: Metrics | None) -> web.Response:
+    """`http_error` for a request that is gone from aiohttp (a detached long-poll,
+    bot/parked.py): its method and path, the metrics to count a store error in."""
     if isinstance(e, web.HTTPException):
         if e.status < 400:
             raise e
         code = _HTTP_CODES.get(e.status, "http_error")
-        message = f"no route for {request.method} {request.path}" if e.status == 404 else e.reason
+        message = f"no route for {method} {path}" if e.status == 404 else e.reason
         kept = {k: v for k, v in e.headers.items() if k.lower() in ("allow", "retry-after")}
         return error_response(e.status, code, message, headers=kept or None)
     if isinstance(e, APIError):
         return error_response(e.status, e.code, e.message, e.details, e.headers)
     if isinstance(e, ApprovalError):
-        log.info("api refused method=%s path=%s code=%s", request.method, request.path, e.code)
-        if isinstance(e, StoreUnavailable) and (metrics := request.app.get(METRICS)) is not None:
+        log.info("api refused method=%s path=%s code=%s", method, path, e.code)
+        if isinstance(e, StoreUnavailable) and metrics is not None:
             metrics.redis_errors.labels(component="api").inc()
         return _approval_error(e)
     if isinstance(e, ValidationError):
@@ -141,11 +150,11 @@ def http_error(request: web.Request, e: Exception) -> web.Response:
             422, "invalid_request", f"invalid request: {problems}", error_details(e)
         )
     if isinstance(e, (RedisConnectionError, RedisTimeoutError)):
-        log.warning("api store unavailable path=%s error=%r", request.path, e)
-        if (metrics := request.app.get(METRICS)) is not None:
+        log.warning("api store unavailable path=%s error=%r", path, e)
+        if metrics is not None:
             metrics.redis_errors.labels(component="api").inc()
         return error_response(503, "store_unavailable", "Redis is unreachable; try again")
-    log.error("api internal error method=%s path=%s", request.method, request.path, exc_info=e)
+    log.error("api internal error method=%s path=%s", method, path, exc_info=e)
     return error_response(500, "internal", "internal server error")
 
 
@@ -249,6 +258,8 @@ class ApprovalsAPI:
         self._tokens: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._principals = Principals(())
         self.document = openapi_document()
+        # Long-polls parked outside aiohttp (bot/parked.py), answered by `_answer`.
+        self.parking = Parking(ctx.waiter, ctx.metrics.long_polls.labels(via="api"), self._answer)
 
     @property
     def principals(self) -> Principals:
@@ -325,7 +336,7 @@ class ApprovalsAPI:
     async def get(self, request: web.Request) -> web.StreamResponse:
         """`GET /v1/approvals/{id}[?wait=N]`. The bearer token is checked here (not by `guard`)
         and errors answered here (`http_error`, not through `error_middleware`): one coroutine
-        frame on a parked long-poll's await chain instead of three."""
+        frame on a long-poll's await chain instead of three while it reads."""
         try:
             principal = self.authenticate(request)
             request_id = request.match_info["id"]
@@ -341,15 +352,13 @@ class ApprovalsAPI:
                 await waiter.start()
             # Watch first, then read: a decision published from now on wakes the watch, one
             # made before is in this read (which also checks the caller may see the request).
-            # Parked, a long-poll holds its connection, this frame and its `Watch` in the
-            # Waiter: no task, no timer, no copy of the request. `Bot.drain` fails the watch
-            # with `Drained`; the client closing its connection, with `CallerGone`.
+            # `Bot.drain` fails the watch with `Drained`; the client closing its connection
+            # ends it (`CallerGone`, or `Parked.connection_lost`).
             try:
-                watch = waiter.watch(
-                    request_id, wait, interruptible=True, transport=request.transport
-                )
+                watch = waiter.watch(request_id, wait, interruptible=True)
             except Drained:
                 return shutting_down_response()
+            parked_here = True
             try:
                 # Read through the Waiter (batched on its own connection), not the shared pool:
                 # a burst of long-polls arriving at once keeps Redis connections constant.
@@ -357,24 +366,59 @@ class ApprovalsAPI:
                 if not found.is_pending:
                     return web.json_response(approval_object(found))
                 del found
-                parked = self.ctx.metrics.long_polls.labels(via="api")
-                parked.inc()
+                gauge = self.ctx.metrics.long_polls.labels(via="api")
+                gauge.inc()
+                # Parked, a long-poll is its socket held by a small protocol (bot/parked.py)
+                # and its `Watch` in the Waiter: aiohttp forgets the connection, this handler
+                # returns (its response is never written) and `_answer` says what the
+                # connection is answered once the watch is done.
+                if self.parking.park(request, watch):
+                    parked_here = False
+                    return web.Response(status=204)  # to aiohttp, which has no socket for it
+                # Not detachable (bot/parked.py says when): parked here, inside aiohttp.
+                waiter.follow(watch, request.transport)
                 try:
-                    decided = await watch
-                except ApprovalTimeout:  # long-polls parked together time out together: batched
-                    return web.json_response(approval_object(await waiter.read(request_id)))
-                except Drained:
-                    return shutting_down_response()
-                except CallerGone:  # nobody reads this
-                    return web.Response(status=204)
+                    await watch
+                except Exception:  # `_answer` reads the outcome from the watch
+                    pass
                 finally:
-                    parked.dec()
+                    gauge.dec()
             finally:
-                waiter.unwatch(watch)
-            self.ctx.metrics.resumed(decided, "api")
-            return web.json_response(approval_object(decided))
+                if parked_here:
+                    waiter.unwatch(watch)
+            answer = self._answer(watch)
+            if answer is None:  # nobody reads this
+                return web.Response(status=204)
+            return answer if isinstance(answer, web.Response) else await answer
         except Exception as e:
             return http_error(request, e)
+
+    def _answer(self, watch: Watch) -> Answer:
+        """What a parked long-poll answers once its watch is done (not cancelled), parked in
+        aiohttp or detached (`Parking`): the request as decided; after the wait, as it is then
+        (read again); 503 `shutting_down` on a drain; the API's error for anything else; None
+        once the client is gone."""
+        try:
+            decided = watch.result()
+        except ApprovalTimeout:  # long-polls parked together time out together: batched
+            return self._after_wait(watch.request_id)
+        except Drained:
+            return shutting_down_response()
+        except CallerGone:
+            return None
+        except Exception as e:
+            return self._error(e, watch.request_id)
+        self.ctx.metrics.resumed(decided, "api")
+        return web.json_response(approval_object(decided))
+
+    async def _after_wait(self, request_id: str) -> web.Response:
+        try:
+            return web.json_response(approval_object(await self.ctx.waiter.read(request_id)))
+        except Exception as e:
+            return self._error(e, request_id)
+
+    def _error(self, e: Exception, request_id: str) -> web.Response:
+        return mapped_error(e, "GET", f"/v1/approvals/{request_id}", self.ctx.metrics)
 
     async def cancel(self, request: web.Request) -> web.Response:
         """Withdraw a pending request, attributed to the caller's principal (never to a name
@@ -423,6 +467,7 @@ def _visible(principal: Principal, request_id: str, found: ApprovalRequest) -> A
 def add_routes(app: web.Application, ctx: BotContext) -> ApprovalsAPI:
     """Register the agent API on `app` (which should carry `error_middleware`)."""
     api = ApprovalsAPI(ctx)
+    app[PARKING] = api.parking
     app.router.add_get("/openapi.json", api.openapi)
     app.router.add_post("/v1/approvals", api.guard(api.create))
     app.router.add_get("/v1/approvals/{id}", api.get)  # checks the token, maps its errors

@@ -254,6 +254,15 @@ class Waiter:
                 self._arm(loop)
         return w
 
+    def follow(self, watch: Watch, transport: asyncio.BaseTransport | None) -> None:
+        """From now on end `watch` with `CallerGone` within about `gone_interval` of
+        `transport` closing (None: stop looking), as `watch(transport=…)` does."""
+        if watch.transport is None and transport is not None:
+            self._with_transport += 1
+        elif watch.transport is not None and transport is None:
+            self._with_transport -= 1
+        watch.transport = transport
+
     def unwatch(self, watch: Watch) -> None:
         """Forget a `watch` (it is cancelled if it has no outcome yet)."""
         head = self._watches.get(watch.request_id)
