@@ -259,7 +259,9 @@ class ApprovalsAPI:
         self._principals = Principals(())
         self.document = openapi_document()
         # Long-polls parked outside aiohttp (bot/parked.py), answered by `_answer`.
-        self.parking = Parking(ctx.waiter, ctx.metrics.long_polls.labels(via="api"), self._answer)
+        self.parking = Parking(
+            ctx.waiter, ctx.metrics.long_polls.labels(via="api"), self._answer, self._error
+        )
 
     @property
     def principals(self) -> Principals:
@@ -408,8 +410,11 @@ class ApprovalsAPI:
             return None
         except Exception as e:
             return self._error(e, watch.request_id)
-        self.ctx.metrics.resumed(decided, "api")
-        return web.json_response(approval_object(decided))
+        try:
+            self.ctx.metrics.resumed(decided, "api")
+            return web.json_response(approval_object(decided))
+        except Exception as e:
+            return self._error(e, watch.request_id)
 
     async def _after_wait(self, request_id: str) -> web.Response:
         try:

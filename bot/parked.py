@@ -168,10 +168,17 @@ class Parking:
     """The detached long-polls of one API: `park` takes a connection from aiohttp; when its
     watch is done, `answer(watch)` (the API's) says what to write."""
 
-    def __init__(self, waiter: Waiter, gauge: _Gauge, answer: Callable[[Watch], Answer]) -> None:
+    def __init__(
+        self,
+        waiter: Waiter,
+        gauge: _Gauge,
+        answer: Callable[[Watch], Answer],
+        fail: Callable[[Exception, str], web.Response],
+    ) -> None:
         self._waiter = waiter
         self._gauge = gauge
         self._answer = answer
+        self._fail = fail  # the API's error answer, if `answer` itself fails (request id)
         self._later: set[asyncio.Task[None]] = set()  # answers waiting for a re-read
         self.parked = 0  # connections parked here now
 
@@ -212,20 +219,27 @@ class Parking:
         if watch.cancelled():  # the Waiter stopped under it: the bot is going down
             parked.send(shutting_down_response())
             return
-        answer = self._answer(watch)
+        try:
+            answer = self._answer(watch)
+        except Exception as e:  # fail closed: the agent reads an error, never silence
+            answer = self._fail(e, watch.request_id)
         if answer is None or isinstance(answer, web.Response):
             parked.send(answer)
             return
-        task = asyncio.ensure_future(self._send_later(parked, answer))
+        task = asyncio.ensure_future(self._send_later(parked, answer, watch.request_id))
         self._later.add(task)
         task.add_done_callback(self._later.discard)
 
-    async def _send_later(self, parked: Parked, answer: Awaitable[web.Response]) -> None:
+    async def _send_later(
+        self, parked: Parked, answer: Awaitable[web.Response], request_id: str
+    ) -> None:
         try:
             response = await answer
         except asyncio.CancelledError:  # the Waiter stopped under the read
             parked.send(shutting_down_response())
             raise
+        except Exception as e:
+            response = self._fail(e, request_id)
         parked.send(response)
 
 

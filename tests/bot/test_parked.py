@@ -446,3 +446,31 @@ def _self_signed(where: Path) -> tuple[Path, Path]:
         )
     )
     return cert_file, key_file
+
+
+def test_an_answer_that_fails_is_a_500_the_agent_reads(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: building the answer of a detached long-poll fails (here the serializer)
+    → the API's 500 `internal`, not a socket left open until the client gives up."""
+    from bot import api
+
+    def broken(request: Any) -> Any:
+        raise RuntimeError("serializer broke")
+
+    async def scenario() -> None:
+        async with running_bot(redis_url, keys) as bot:
+            ctx = bot.ctx
+            assert ctx is not None and bot.port is not None
+            (rid,) = await create(ctx)
+            poll = await Raw.poll(bot.port, rid)
+            await eventually(lambda: parking(bot).parked == 1, what="detached")
+            monkeypatch.setattr(api, "approval_object", broken)
+            await ctx.service.decide(rid, "approve", Actor("U1"))
+            code, headers, body, _ = await poll.answer()
+            assert (code, json.loads(body)["error"]["code"]) == (500, "internal")
+            assert headers["connection"] == "close"
+            assert parking(bot).parked == 0 and gauge(ctx) == 0
+
+    with asyncio.Runner() as runner:
+        runner.run(scenario())
