@@ -45,6 +45,7 @@ from approvals.integrations.hook_input import (
     too_large,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.store.waiting import CallerGone
 from bot.context import BotContext
 from bot.principals import AuthProblem, Principals
 from bot.shutdown import HOOK_DENY, Drained, unless_draining
@@ -157,7 +158,16 @@ class AgentHook:
             return None if result is None else result.request
 
         async def wait(request_id: str, seconds: float) -> ApprovalRequest:
-            decided = await self.ctx.waiter.wait(request_id, seconds)
+            try:
+                decided = await self.ctx.waiter.wait(
+                    request_id, seconds, transport=request.transport
+                )
+            except CallerGone:
+                # The hook's connection closed (the agent gave up or was stopped): nobody
+                # will read an answer. As a cancelled hook: `answer_hook` withdraws the
+                # request, so no reviewer approves a call nobody waits for any more.
+                log.info("hook caller went away id=%s", request_id)
+                raise asyncio.CancelledError from None
             self.ctx.metrics.resumed(decided, "hook")
             return decided
 

@@ -201,13 +201,15 @@ class Waiter:
         timeout: float | None,  # noqa: ASYNC109
         *,
         interruptible: bool = False,
+        transport: asyncio.BaseTransport | None = None,
     ) -> ApprovalRequest:
         """The request once it is no longer pending; `ApprovalTimeout` when `timeout` passes
         first, `NotFound` for an unknown id. An `interruptible` wait raises the exception of
-        `interrupt()` once that is called (or at once, if it was)."""
+        `interrupt()` once that is called (or at once, if it was); with `transport` (the
+        caller's connection), `CallerGone` within about `gone_interval` of its closing."""
         if not self._tasks:
             await self.start()
-        watch = self.watch(request_id, timeout, interruptible=interruptible)
+        watch = self.watch(request_id, timeout, interruptible=interruptible, transport=transport)
         # Registered first, then read: a decision published from now on is heard, one made
         # before is found by this read (batched with other fresh waits).
         self._fresh.add(request_id)

@@ -16,6 +16,7 @@ import aiohttp
 from approvals.integrations.coding_agents import time_budget
 from bot import ids
 from bot.app import Bot
+from tests.support import eventually
 from tests.support.e2e import BotFactory, Reviewer, opened_view
 from tests.support.slack_emulator import SlackEmulator
 
@@ -256,3 +257,41 @@ async def test_codex_hook_timeout_denies_before_the_agent_gives_up(
     decision = json.loads(out)["hookSpecificOutput"]
     assert decision["permissionDecision"] == "deny" and decision["permissionDecisionReason"]
     answered_in_time(elapsed, decision["permissionDecisionReason"])
+
+
+async def test_a_hook_whose_caller_went_away_withdraws_its_request(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The agent stopped waiting (its hook process killed, the user interrupted): the bot
+    notices the closed connection within seconds, not at the hook's timeout, and withdraws
+    the request, so its Slack message stops offering an Approve nobody waits for."""
+    bot = await make_bot()
+    assert bot.ctx is not None
+    ctx = bot.ctx
+    body = json.dumps(claude_payload()).encode()
+    _reader, writer = await asyncio.open_connection("127.0.0.1", bot.port)
+    writer.write(
+        b"POST /hooks/claude-code?timeout=60 HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer test-token\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    await slack.wait_for("chat.postMessage", 1, timeout=10)
+    await eventually(lambda: ctx.waiter.waiting == 1, what="the hook waiting")
+    (pending,) = await ctx.store.list_pending()
+    writer.close()
+    await writer.wait_closed()
+    # Within the Waiter's look at closed connections (every 2 s), far before the 60 s.
+    await eventually(lambda: ctx.waiter.waiting == 0, within=15, what="the wait ended")
+
+    async def withdrawn() -> Any:
+        request = await ctx.store.get(pending.id)
+        return request if request.status == "cancelled" else None
+
+    request = await eventually(withdrawn, within=10, what="the request withdrawn")
+    assert request.decision is not None
+    assert "hook was stopped" in (request.decision.reason or "")
+    await slack.wait_for("chat.update", 1, timeout=10)
+    blocks = next(iter(slack.messages.values())).get("blocks", [])
+    assert blocks and not [b for b in blocks if b.get("type") == "actions"]  # no buttons left
