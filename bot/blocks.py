@@ -4,6 +4,10 @@ Every string taken from a request is masked (`bot.masking`), escaped for
 mrkdwn (`&`, `<`, `>`, so an agent cannot ping `<!channel>`), and cut to
 Slack's limits: 50 blocks, 3000 characters per section, 150 per header,
 75 per button or option text, 2000 per button value.
+
+The messages (`request_message`, `decided_message`, `escalated_note`) come back as
+`bot.masking.Masked`: drawn only from masked pieces and our own text, they leave for
+Slack without being scanned again (every other payload is, by `bot.masking.outbound`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from approvals.models import ApprovalRequest, default_prompt, utcnow
 from approvals.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from bot import ids
 from bot.edits import diff_lines
-from bot.masking import hidden_values, mask_arguments, mask_text
+from bot.masking import Masked, hidden_values, mask_arguments, mask_text
 
 Block = dict[str, Any]
 Message = dict[str, Any]
@@ -345,12 +349,12 @@ def _granted(req: ApprovalRequest, scope: str | None) -> str:
     return "this exact call"
 
 
-def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+def request_message(req: ApprovalRequest, *, now: datetime | None = None) -> Masked:
     """The interactive message for a pending request: summary, deadline, quorum, buttons."""
     v = _view(req)
     blocks = request_blocks(req, now=now, view=v) + _actions(v)
     text = _fallback("🔐 Approval needed: ", v)
-    return {"text": text, "blocks": _finish(blocks)}
+    return Masked(text=text, blocks=_finish(blocks))
 
 
 def request_blocks(
@@ -411,7 +415,7 @@ def _outcome(v: _View, now: datetime) -> tuple[str, str]:
     return line, word
 
 
-def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Masked:
     """The message after approve / deny / expiry / cancel / error: outcome, no buttons."""
     now = now or utcnow()
     v = _view(req)
@@ -440,23 +444,18 @@ def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Mes
         by = f" by {plain(d.decided_by) if req.status == 'cancelled' else who(d.decided_by)}"
     else:
         by = ""
-    return {"text": _fallback(f"{word}{by}: ", v), "blocks": _finish(blocks)}
+    return Masked(text=_fallback(f"{word}{by}: ", v), blocks=_finish(blocks))
 
 
-def message_for(req: ApprovalRequest, *, now: datetime | None = None) -> Message:
+def message_for(req: ApprovalRequest, *, now: datetime | None = None) -> Masked:
     """The message a request should show now: interactive while pending, else its outcome."""
     return request_message(req, now=now) if req.is_pending else decided_message(req, now=now)
 
 
-def escalated_note(
-    req: ApprovalRequest, to_channel: str, *, now: datetime | None = None
-) -> Message:
+def escalated_note(req: ApprovalRequest, to_channel: str, *, now: datetime | None = None) -> Masked:
     """The old message of a request that moved to another route: where it went, no buttons."""
     now = now or utcnow()
     v = _view(req)
     line = f"⏫ Escalated to {where(to_channel)} at {slack_date(now)}; the decision is made there."
     blocks = [*_summary(v), _section(line)]
-    return {
-        "text": _fallback(f"Escalated to {where(to_channel)}: ", v),
-        "blocks": _finish(blocks),
-    }
+    return Masked(text=_fallback(f"Escalated to {where(to_channel)}: ", v), blocks=_finish(blocks))

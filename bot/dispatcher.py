@@ -423,10 +423,15 @@ class Dispatcher:
                 for copy in found:
                     await self._recorded(request, copy, posted=False)
                 return
-        body = blocks.request_message(request) | {"metadata": copies.metadata(request)}
         try:
             response = await self.slack.call(
-                channel, "chat_postMessage", channel=channel, paced=True, once=True, **body
+                channel,
+                "chat_postMessage",
+                channel=channel,
+                paced=True,
+                once=True,
+                message=blocks.request_message(request),
+                metadata=copies.metadata(request),
             )
         except Permanent as e:
             await self.posting.release(request.id, rounds)
@@ -615,10 +620,14 @@ class Dispatcher:
             lock = self.ctx.keys.lock(f"drawn:{request.id}:{target.ts}")
             if not await self.ctx.redis.set(lock, request.status, nx=True, ex=POST_LOCK_SECONDS):
                 return
-        message = blocks.message_for(request) | {"metadata": copies.metadata(request)}
         try:
             await self.slack.call(
-                target.channel, "chat_update", channel=target.channel, ts=target.ts, **message
+                target.channel,
+                "chat_update",
+                channel=target.channel,
+                ts=target.ts,
+                message=blocks.message_for(request),
+                metadata=copies.metadata(request),
             )
             self.ctx.metrics.slack_updates.inc()
         except Permanent as e:
@@ -636,7 +645,7 @@ class Dispatcher:
         note = blocks.escalated_note(request, entry.fields.get("to") or "")
         try:
             await self.slack.call(
-                old.channel, "chat_update", channel=old.channel, ts=old.ts, **note
+                old.channel, "chat_update", channel=old.channel, ts=old.ts, message=note
             )
         except Permanent as e:
             log.warning("could not mark escalation id=%s error=%s", request.id, e.error)

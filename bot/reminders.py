@@ -67,7 +67,7 @@ class Reminders:
             )
         return self._calls
 
-    async def _post(self, channel: str, **kwargs: str) -> None:
+    async def _post(self, channel: str, **kwargs: Any) -> None:
         """chat.postMessage, paced on `channel`; a 429 is waited out (nothing was posted)."""
         await self.calls.call(
             channel, "chat_postMessage", paced=True, once=True, channel=channel, **kwargs

@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals.models import SlackMessage
 from bot.context import BotContext
+from bot.masking import Masked
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ TRANSIENT_ERRORS = frozenset(
 
 #: The pace key of `chat.update`: one budget for the whole workspace (Tier 3).
 UPDATE_PACE = "workspace:chat.update"
+
+#: Methods sent as one JSON POST by the client's `post_json` (bot/slack_client.py), by their
+#: slack_sdk names: the two calls every request makes.
+JSON_METHODS = {"chat_postMessage": "chat.postMessage", "chat_update": "chat.update"}
 
 
 class Permanent(Exception):
@@ -199,11 +204,13 @@ class SlackCaller:
         *,
         paced: bool | None = None,
         once: bool = False,
+        message: Masked | None = None,
         **kwargs: Any,
     ) -> Any:
         """`paced` (default: only chat.update) takes a token of the pace first; a
         chat.update always counts against `UPDATE_PACE`, whatever `pace_key` says (pass
-        `paced=False` when the caller took the token itself)."""
+        `paced=False` when the caller took the token itself). `message`: a message
+        `bot.blocks` drew (its `text` and `blocks`), sent beside `kwargs` as it is."""
         if method == "chat_update":
             pace_key = UPDATE_PACE
             paced = True if paced is None else paced
@@ -218,7 +225,7 @@ class SlackCaller:
             label = m.method(method.replace("_", "."))
             started = time.monotonic()
             try:
-                answer = await getattr(self.client, method)(**kwargs)
+                answer = await self._send(method, kwargs, message)
                 m.slack_api_seconds.labels(method=label).observe(time.monotonic() - started)
                 return answer
             except SlackApiError as e:
@@ -253,3 +260,11 @@ class SlackCaller:
                 "slack call failed method=%s reason=%s retry_in=%.1fs", method, reason, delay
             )
             await asyncio.sleep(delay)
+
+    async def _send(self, method: str, kwargs: dict[str, Any], message: Masked | None) -> Any:
+        post_json = getattr(self.client, "post_json", None)
+        if post_json is not None and method in JSON_METHODS:
+            return await post_json(JSON_METHODS[method], kwargs, message)
+        if message is not None:
+            kwargs = {**kwargs, **message}  # a plain dict now: masked by the client
+        return await getattr(self.client, method)(**kwargs)

@@ -1,18 +1,30 @@
 """No secret reaches Slack: every surface rendered with every fake of the corpus in every field
 an agent controls, as it leaves through `bot.masking.outbound`, shows no piece of it.
 
+A request message (`bot.blocks`: the post, the update, the escalation note) is a
+`bot.masking.Masked` and leaves as it was drawn, not scanned again: the checks here see
+exactly that, and properties throw fakes (whole, among random text, or split over two
+fields) at every field and look at the very body the dispatcher's client sends.
+
 The same holds through the real app in `tests/e2e/test_no_leaks_flow.py`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import string
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from approvals.models import (
+    MAX_OPTION_LEN,
     ApprovalConfig,
     ApprovalEvent,
     ApprovalRequest,
@@ -20,9 +32,10 @@ from approvals.models import (
     Proposal,
     Vote,
 )
-from bot import blocks, home, ids, modals
+from bot import blocks, copies, home, ids, masking, modals
 from bot import edits as bot_edits
-from bot.masking import mask_text, outbound
+from bot.masking import Masked, mask_text, outbound
+from bot.slack_client import json_body
 from tests.support.secret_corpus import FAKES, Fake, leaked_piece
 
 SHORT = 200  # tool_name, agent, session_id
@@ -133,3 +146,161 @@ def test_no_surface_shows_any_piece_of_a_secret(fake: Fake) -> None:
             shown = json.dumps(outbound(payload), ensure_ascii=False)
             piece = leaked_piece(shown, fake.secret)
             assert piece is None, f"{fake.rule}: {piece!r} shown on {name} ({req.status})"
+
+
+# ---------------------------------------------------------------- messages sent as drawn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_only_the_renderers_make_a_masked_message() -> None:
+    """`Masked` skips the scan on the way out: only `bot.blocks` may claim it (its class is
+    in `bot.masking`), so nothing else can send text unscanned."""
+    makers = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "bot").rglob("*.py")
+        if re.search(r"(?<!class )\bMasked\(", path.read_text(encoding="utf-8"))
+    )
+    assert makers == ["bot/blocks.py"]
+
+
+def test_request_messages_leave_exactly_as_drawn() -> None:
+    fake = FAKES[0]
+    for req in requests_for(fake):
+        for message in (blocks.message_for(req), blocks.escalated_note(req, "C0OPS")):
+            assert type(message) is Masked
+            assert outbound(message) is message
+            body = json_body({"channel": "C1", "metadata": copies.metadata(req)}, message)
+            assert body["text"] is message["text"] and body["blocks"] is message["blocks"]
+    # Merged into another dict, it is a plain payload again: scanned like any other.
+    merged = blocks.message_for(next(requests_for(fake))) | {"channel": "C1"}
+    assert type(merged) is dict and outbound(merged) is not merged
+
+
+def _wire(req: ApprovalRequest) -> Iterator[tuple[str, str]]:
+    """Every message the dispatcher sends about `req`, as the JSON it puts on the wire."""
+    fields = {"channel": "C1", "ts": "1.2", "metadata": copies.metadata(req)}
+    drawn = [("message", blocks.message_for(req)), ("escalated", blocks.escalated_note(req, "C0"))]
+    if not req.is_pending:
+        drawn.append(("request", blocks.request_message(req)))
+    for name, message in drawn:
+        assert type(message) is Masked
+        yield name, json.dumps(json_body(fields, message))
+
+
+#: Every field of a request an agent (or a reviewer's typed text) controls.
+FIELDS = (
+    "tool_name", "agent", "session_id", "principal", "command", "path", "cwd", "prompt",
+    "argument", "argument_key", "nested", "list_item", "permissions", "option", "reason",
+    "input", "selection", "note", "edited", "decided_by",
+)  # fmt: skip
+SHORT_FIELDS = {"tool_name": 200, "agent": 200, "session_id": 200, "principal": 64}
+SHORT_FIELDS |= {"option": MAX_OPTION_LEN, "selection": MAX_OPTION_LEN, "decided_by": 200}
+STATES = ("pending", "approved", "denied", "error", "cancelled", "expired")
+
+
+def _request(values: dict[str, str], status: str) -> ApprovalRequest:
+    """A request with each of `values` in its field (see FIELDS), the rest ordinary."""
+    get = values.get
+    arguments: dict[str, Any] = {"env": "prod", "n": 1}
+    if "argument" in values:
+        arguments["plain"] = values["argument"]
+    if "argument_key" in values:
+        arguments[values["argument_key"]] = "x"
+    if "nested" in values:
+        arguments["deep"] = {"x": [{"y": values["nested"]}]}
+    if "list_item" in values:
+        arguments["items"] = ["a", values["list_item"], "b"]
+    kind = "choice" if "option" in values or "selection" in values else "approval"
+    if "input" in values:
+        kind = "input"
+    options = ("keep", get("option") or get("selection") or "other") if kind == "choice" else None
+    event = ApprovalEvent(
+        tool_name=get("tool_name") or "deploy",
+        arguments=arguments,
+        command=get("command"),
+        path=get("path"),
+        cwd=get("cwd"),
+        agent=get("agent"),
+        session_id=get("session_id"),
+        permissions={"rules": [values["permissions"]]} if "permissions" in values else None,
+    )
+    config = ApprovalConfig(kind=kind, options=options, prompt=get("prompt"))
+    req = ApprovalRequest(event=event, config=config, principal=get("principal"), quorum=2)
+    if "note" in values or "edited" in values:
+        edited = {**arguments, "added": get("edited") or "changed"}
+        proposal = Proposal(arguments=edited, by="U3", note=get("note"), version="v1")
+        req = req.model_copy(update={"proposal": proposal})
+        if status == "approved":
+            decision = Decision.approve(by="U2").model_copy(
+                update={"edited_arguments": edited, "edited_by": "U3"}
+            )
+            return req.model_copy(update={"status": status, "decision": decision})
+    by = get("decided_by") or "U2"
+    if status == "pending":
+        return req.model_copy(update={"votes": [Vote(user="U1", outcome="approve")]})
+    if status == "approved":
+        decision = Decision.approve(
+            by=by, input=get("input"), selection=get("selection") if kind == "choice" else None
+        )
+    elif status == "error":
+        decision = Decision.error(get("reason") or "boom", by="slack")
+    else:
+        decision = Decision.deny(get("reason") or "no", by=by)
+    return req.model_copy(update={"status": status, "decision": decision})
+
+
+def _fits(field: str, text: str) -> bool:
+    limit = SHORT_FIELDS.get(field)
+    return limit is None or (len(text) <= limit and "\n" not in text)
+
+
+_filler = st.text(string.ascii_letters + string.digits + " .,:;()-/\n", max_size=24)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    fake=st.sampled_from(FAKES),
+    field=st.sampled_from(FIELDS),
+    before=_filler,
+    after=_filler,
+    status=st.sampled_from(STATES),
+)
+def test_property_a_fake_in_any_field_never_reaches_the_wire(
+    fake: Fake, field: str, before: str, after: str, status: str
+) -> None:
+    value = f"{before} {fake.text} {after}"
+    if not _fits(field, value):
+        value = _short(fake, SHORT_FIELDS[field]) or "deploy"
+    req = _request({field: value}, status)
+    for name, sent in _wire(req):
+        piece = leaked_piece(sent, fake.secret)
+        assert piece is None, f"{fake.rule} in {field}: {piece!r} sent on {name} ({status})"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    fake=st.sampled_from(FAKES),
+    fields=st.lists(st.sampled_from(FIELDS), min_size=2, max_size=2, unique=True),
+    cut=st.floats(0.1, 0.9),
+    status=st.sampled_from(STATES),
+)
+def test_property_a_fake_split_over_two_fields_shows_no_more_than_a_scan_would(
+    fake: Fake, fields: list[str], cut: float, status: str
+) -> None:
+    """Split over two fields, a secret is two harmless-looking pieces, each masked or not on
+    its own: what is sent as drawn shows no more of it than the same message scanned
+    whole by `outbound` (as every message was before it was sent as drawn). The scan is
+    compared uncut: a mask longer than what it hides makes `outbound` cut a string to its
+    old length, and text cut off the end is not text a rule found."""
+    at = max(1, int(len(fake.text) * cut))
+    parts = {f: p for f, p in zip(fields, (fake.text[:at], fake.text[at:]), strict=True)}
+    if not all(_fits(f, p) for f, p in parts.items()):
+        return
+    req = _request(parts, status)
+    for name, sent in _wire(req):
+        with patch.object(masking, "_within", lambda text, limit: text):
+            scanned = json.dumps(outbound(json.loads(sent)), ensure_ascii=False)
+        if leaked_piece(scanned, fake.secret) is None:
+            piece = leaked_piece(sent, fake.secret)
+            assert piece is None, f"{fake.rule} over {fields}: {piece!r} sent on {name}"
