@@ -86,7 +86,9 @@ def slack_date(when: datetime, fmt: str = DATE_FORMAT) -> str:
     """`<!date^EPOCH^FORMAT|fallback>`: shown in each reader's own time zone."""
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    fallback = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    t = when.astimezone(UTC)
+    # strftime("%Y-%m-%d %H:%M UTC"), formatted directly: several times cheaper (two a cycle)
+    fallback = f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d} UTC"
     return f"<!date^{int(when.timestamp())}^{fmt}|{fallback}>"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 import string
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -291,6 +291,22 @@ def test_deadline_uses_slack_date_formatting() -> None:
     assert f"Decide by <!date^{epoch}^{{date_short_pretty}} {{time}}|2030-01-02 04:00 UTC>" in text
     late = texts(blocks.request_message(make(deadline_at=deadline), now=deadline))
     assert "Deadline passed" in late
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    when=st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(9998, 12, 31)),
+    offset=st.integers(-14 * 60, 14 * 60),
+)
+def test_slack_date_fallback_is_strftimes(when: datetime, offset: int) -> None:
+    """The fallback text is written without strftime; it reads exactly as strftime wrote it,
+    from any time zone, and an unaware time is UTC."""
+    aware = when.replace(tzinfo=timezone(timedelta(minutes=offset)))
+    for moment in (aware, when):
+        utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+        epoch = int(utc.timestamp())
+        expected = utc.strftime("%Y-%m-%d %H:%M UTC")
+        assert blocks.slack_date(moment) == f"<!date^{epoch}^{blocks.DATE_FORMAT}|{expected}>"
 
 
 def test_quorum_progress_counts_each_reviewer_once() -> None:
