@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bot.secret_rules import find, is_secret_name, normalise
+from bot.secret_rules import RULES, find, is_secret_name, normalise
 
 MASK = "••••••"
 #: A mask as `masked()` writes it (or a bare `MASK`): never masked again.
@@ -120,6 +120,7 @@ _mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)
 def clear_cache() -> None:
     """Forget every cached answer (benchmarks measure masking afresh with it)."""
     _mask_text_cached.cache_clear()
+    _spread_texts_cached.cache_clear()
     is_secret_name.cache_clear()
 
 
@@ -180,56 +181,90 @@ def mask_value(value: Any) -> Any:
 
 def mask_arguments(arguments: Mapping[str, Any], sensitivity: str) -> dict[str, Any]:
     """A copy of `arguments` safe to show: every value masked under `secret` sensitivity;
-    otherwise values of secret-named keys masked and secrets in strings masked, at any depth
-    (a private key split over list items included)."""
-    return _map_keys(
-        {k: _mask_item(k, v, secret=sensitivity == "secret") for k, v in arguments.items()}
-    )
+    otherwise values of secret-named keys masked and secrets in strings masked, at any depth,
+    and whole the strings a secret spreads over (`spread_values`: a private key one line
+    per list item, or split over sibling arguments)."""
+    if sensitivity == "secret":
+        return _map_keys({k: mask_value(v) for k, v in arguments.items()})
+    spread = spread_values(arguments)
+    return _map_keys({k: _mask_item(k, v, spread) for k, v in arguments.items()})
 
 
-def _mask_item(key: object, value: Any, *, secret: bool) -> Any:
-    if secret or is_sensitive_key(key):
+def _mask_item(key: object, value: Any, spread: frozenset[str]) -> Any:
+    if is_sensitive_key(key):
         return mask_value(value)
-    return _mask_nested(value)
+    return _mask_nested(value, spread)
 
 
-def _mask_nested(value: Any) -> Any:
+def _mask_nested(value: Any, spread: frozenset[str]) -> Any:
     if isinstance(value, str):
-        return mask_text(value)
+        return masked(len(value)) if value in spread else mask_text(value)
     if isinstance(value, Mapping):
-        return _map_keys({k: _mask_item(k, v, secret=False) for k, v in value.items()})
+        return _map_keys({k: _mask_item(k, v, spread) for k, v in value.items()})
     if isinstance(value, list | tuple):
-        return _mask_list(list(value))
+        return [_mask_nested(v, spread) for v in value]
     if value is None or isinstance(value, bool | int | float):
         return value
     return mask_text(str(value))
 
 
-def _mask_list(items: list[Any]) -> list[Any]:
-    out = [_mask_nested(v) for v in items]
-    for i in _spread_secrets(items):
-        out[i] = masked(len(items[i]))
-    return out
+def spread_values(arguments: Mapping[str, Any]) -> frozenset[str]:
+    """The argument strings a secret spreads over when they are read in order, one after
+    the other — a private key one line per list item or split over sibling arguments
+    (`{"head": "-----BEGIN …", "body": "MIIE…", "tail": "-----END …"}`) — each of which
+    alone may show nothing the rules find. Every string outside secret-named keys, depth
+    first, in order."""
+    texts: list[str] = []
+    stack: list[Any] = [arguments]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, Mapping):
+            stack.extend(reversed([v for k, v in item.items() if not is_sensitive_key(k)]))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
+    if len(texts) < 2:
+        return frozenset()
+    if sum(map(len, texts)) > CACHE_MAX_LEN:
+        return _spread_texts(tuple(texts))
+    return _spread_texts_cached(tuple(texts))
+
+
+def _spread_texts(texts: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(texts[i] for i in _spread_secrets(list(texts)))
+
+
+_spread_texts_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_spread_texts)
+
+
+#: The rules a secret cut anywhere is looked for with, its pieces joined as they are: a
+#: private key (its header line may be cut too). Token rules are not: joined as they are,
+#: a token would run on into the next harmless item ("Bearer abc" + "Accept: json").
+_UNCUT_RULES = tuple(r for r in RULES if r.name == "pem_private_key")
 
 
 def _spread_secrets(items: list[Any]) -> list[int]:
-    """Indices of the string items a secret spreads over (a PEM key one line per item)."""
+    """Indices of the string items a secret spreads over: read one after the other, joined by
+    a line break (a PEM key one line per item; every rule) and joined as they are (a private
+    key cut anywhere, its header line included: `_UNCUT_RULES`)."""
     texts = [(i, normalise(v)[0]) for i, v in enumerate(items) if isinstance(v, str)]
     if len(texts) < 2:
         return []
-    starts, at = [], 0
-    for _, text in texts:
-        starts.append(at)
-        at += len(text) + 1
     spread: set[int] = set()
-    for start, end, _ in find("\n".join(text for _, text in texts)):
-        touched = [
-            i
-            for (i, text), s in zip(texts, starts, strict=True)
-            if s < end and start < s + len(text) + 1
-        ]
-        if len(touched) > 1:
-            spread.update(touched)
+    for joint, rules in (("\n", RULES), ("", _UNCUT_RULES)):
+        starts, at = [], 0
+        for _, text in texts:
+            starts.append(at)
+            at += len(text) + len(joint)
+        for start, end, _ in find(joint.join(text for _, text in texts), rules):
+            touched = [
+                i
+                for (i, text), s in zip(texts, starts, strict=True)
+                if s < end and start < s + len(text) + len(joint)
+            ]
+            if len(touched) > 1:
+                spread.update(touched)
     return sorted(spread)
 
 
@@ -248,10 +283,11 @@ def _map_keys(masked_items: dict[Any, Any]) -> dict[str, Any]:
 
 def hidden_values(arguments: Mapping[str, Any], sensitivity: str) -> list[str]:
     """Argument values that must not appear in free text (the prompt, the command, a reason):
-    all of them under `secret` sensitivity, else those under secret-named keys."""
+    all of them under `secret` sensitivity, else those under secret-named keys and the
+    strings a secret spreads over (`spread_values`)."""
     if sensitivity == "secret":
         return secret_values(arguments)
-    found: list[str] = []
+    found: list[str] = list(spread_values(arguments))
     stack: list[Any] = [arguments]
     while stack:
         item = stack.pop()

@@ -199,10 +199,13 @@ SHORT_FIELDS |= {"option": MAX_OPTION_LEN, "selection": MAX_OPTION_LEN, "decided
 STATES = ("pending", "approved", "denied", "error", "cancelled", "expired")
 
 
-def _request(values: dict[str, str], status: str) -> ApprovalRequest:
-    """A request with each of `values` in its field (see FIELDS), the rest ordinary."""
+def _request(
+    values: dict[str, str], status: str, arguments: dict[str, Any] | None = None
+) -> ApprovalRequest:
+    """A request with each of `values` in its field (see FIELDS), the rest ordinary
+    (`arguments` instead of the ordinary ones, if given)."""
     get = values.get
-    arguments: dict[str, Any] = {"env": "prod", "n": 1}
+    arguments = dict(arguments) if arguments is not None else {"env": "prod", "n": 1}
     if "argument" in values:
         arguments["plain"] = values["argument"]
     if "argument_key" in values:
@@ -304,3 +307,30 @@ def test_property_a_fake_split_over_two_fields_shows_no_more_than_a_scan_would(
         if leaked_piece(scanned, fake.secret) is None:
             piece = leaked_piece(sent, fake.secret)
             assert piece is None, f"{fake.rule} over {fields}: {piece!r} sent on {name}"
+
+
+#: Whole private keys of the corpus (their END line included).
+_PEM_KEYS = [f.secret for f in FAKES if f.rule == "pem_private_key" and "-----END" in f.secret]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    key=st.sampled_from(_PEM_KEYS),
+    cuts=st.lists(st.floats(0.02, 0.98), min_size=1, max_size=4),
+    nested=st.booleans(),
+    status=st.sampled_from(STATES),
+)
+def test_property_a_private_key_split_over_sibling_arguments_never_reaches_the_wire(
+    key: str, cuts: list[float], nested: bool, status: str
+) -> None:
+    """A key cut anywhere into 2-5 pieces, each its own argument (beside others, at the top
+    or deep in a list), none of them a key on its own: every piece is masked
+    (`masking.spread_values`), on every message sent about the request."""
+    points = sorted({max(1, min(len(key) - 1, int(len(key) * c))) for c in cuts})
+    pieces = [key[a:b] for a, b in zip([0, *points], [*points, len(key)], strict=True)]
+    parts: dict[str, Any] = {f"part{i}": p for i, p in enumerate(pieces)}
+    arguments = {"env": "prod", **parts} if not nested else {"env": "prod", "deep": [parts]}
+    req = _request({}, status, arguments)
+    for name, sent in _wire(req):
+        piece = leaked_piece(sent, key)
+        assert piece is None, f"{piece!r} of a key in {len(pieces)} pieces sent on {name}"
