@@ -73,9 +73,6 @@ def _version(text: str) -> tuple[int, int] | None:
 
 DETACHABLE = _version(aiohttp.__version__) in DETACHABLE_AIOHTTP
 
-#: The context the watches' done callbacks run in: an empty one, shared (the default copies
-#: the handler's context per callback, and would keep it while parked).
-_CONTEXT = contextvars.Context()
 
 #: Attributes of aiohttp's `RequestHandler` that say something is buffered or in flight
 #: beside this request (and a value meaning "nothing").
@@ -181,6 +178,10 @@ class Parking:
         self._fail = fail  # the API's error answer, if `answer` itself fails (request id)
         self._later: set[asyncio.Task[None]] = set()  # answers waiting for a re-read
         self.parked = 0  # connections parked here now
+        # The context the watches' done callbacks run in: an empty one, shared by this
+        # parking's (one event loop's) callbacks; the default copies the handler's context
+        # per callback, and would keep it while parked.
+        self._context = contextvars.Context()
 
     def park(self, request: web.BaseRequest, watch: Watch) -> bool:
         """Take `request`'s connection from aiohttp and answer it here once `watch` is done;
@@ -206,7 +207,7 @@ class Parking:
         except Exception:  # the socket is ours already; aiohttp's objects are left to the GC
             log.exception("aiohttp's protocol failed to let go of a detached long-poll")
         self.parked += 1
-        watch.add_done_callback(parked.woken, context=_CONTEXT)
+        watch.add_done_callback(parked.woken, context=self._context)
         return True
 
     def ended(self, watch: Watch) -> None:
