@@ -245,9 +245,6 @@ async def _agents_side(conn: Connection, base: str) -> None:
     polls: set[asyncio.Task[None]] = set()
     errors: list[str] = []
     retried = [0]  # long-polls answered 503 and sent again
-    # Answers that closed their connection (`Connection: close`: the bot had parked the
-    # long-poll outside aiohttp, bot/parked.py) and all answers read.
-    answers = {"closed": 0, "all": 0}
 
     async def create(n: int, tag: str) -> list[str]:
         gate = asyncio.Semaphore(64)
@@ -268,8 +265,6 @@ async def _agents_side(conn: Connection, base: str) -> None:
             while True:
                 async with http.get(url, headers=auth) as r:
                     raw = await r.read()
-                    answers["all"] += 1
-                    answers["closed"] += r.headers.get("Connection", "").lower() == "close"
                     if r.status == 503:  # a blip (e.g. the pool busy): retry, as the client does
                         retried[0] += 1
                         await asyncio.sleep(0.5)
@@ -309,9 +304,9 @@ async def _agents_side(conn: Connection, base: str) -> None:
             http = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=None)
             )
-            conn.send(("released", (list(errors), retried[0], dict(answers))))
+            conn.send(("released", (list(errors), retried[0])))
             errors.clear()
-            retried[0] = answers["closed"] = answers["all"] = 0
+            retried[0] = 0
         elif cmd[0] == "stop":
             loop.remove_reader(conn.fileno())
             await http.close()
@@ -409,7 +404,7 @@ async def memory_phase(
                 rss1, fds1 = await bot.settled_rss(), bot.fds()
                 conns1 = await connections(admin, names)
                 still = await parked_gauge(http, bot)
-                errors, retried, _ = await agents.ask("release")
+                errors, retried = await agents.ask("release")
                 load = os.getloadavg()[0]
                 left, release_s = await wait_released(http, bot, RELEASE_WITHIN)
             finally:
@@ -537,7 +532,7 @@ async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dic
             await asyncio.sleep(1)
         out: dict[str, Any] = {"background": args.background, "checkouts": {}}
         for side in sides:
-            errors, retried, answers = await side.agents.ask("release")
+            errors, retried = await side.agents.ask("release")
             out["checkouts"][side.label] = {
                 "dir": args.compare_with if side.label == "other" else os.getcwd(),
                 "click": summarize_ms(side.click_ms),
@@ -545,7 +540,6 @@ async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dic
                 "wrong": side.wrong[:5],
                 "errors": errors[:5],
                 "retried_503": retried,
-                "answers_closed": [answers["closed"], answers["all"]],
             }
     return out
 
@@ -704,12 +698,6 @@ def print_report(r: dict[str, Any]) -> None:
                 f = side[kind]
                 rows.append([path, label, f["n"], f["p50_ms"], f["p99_ms"], f["max_ms"]])
         print(table(["path", "bot", "n", "p50", "p99", "max"], rows))
-        for label, side in lat["checkouts"].items():
-            closed, answered = side.get("answers_closed", (0, 0))
-            print(
-                f"  {label}: {closed} of {answered} long-poll answers said Connection: close "
-                "(parked outside aiohttp)"
-            )
         if "other" in lat["checkouts"]:
             print(f"  other = {lat['checkouts']['other']['dir']}; samples alternate between bots")
 

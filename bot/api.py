@@ -260,7 +260,11 @@ class ApprovalsAPI:
         self.document = openapi_document()
         # Long-polls parked outside aiohttp (bot/parked.py), answered by `_answer`.
         self.parking = Parking(
-            ctx.waiter, ctx.metrics.long_polls.labels(via="api"), self._answer, self._error
+            ctx.waiter,
+            ctx.metrics.long_polls.labels(via="api"),
+            self._answer,
+            self._error,
+            keep_alive=lambda: not ctx.draining.is_set(),
         )
 
     @property

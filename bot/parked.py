@@ -1,4 +1,4 @@
-"""Parked long-polls outside aiohttp: a waiting connection held by a three-slot protocol.
+"""Parked long-polls outside aiohttp: a waiting connection held by a five-slot protocol.
 
 Internal to approval-bot. `ApprovalsAPI.get` (bot/api.py) parks a `GET /v1/approvals/{id}
 ?wait=N` whose request is still pending. Parked inside aiohttp, a connection costs about
@@ -15,12 +15,17 @@ aiohttp instead:
 - the `Watch` (approvals/store/waiting.py) stays in the Waiter, as before, and when it is
   done (decision, timeout, shutdown, the Waiter stopping) `Parked` writes one complete
   HTTP/1.1 response — what the handler would have answered, built by the same code (the
-  API's `answer` callable) — with `Connection: close`, and closes the socket.
+  API's `answer` callable) — and hands the connection back to aiohttp as if it were a new
+  one (`Server()`, `connection_made`): keep-alive as before. It closes instead (and says
+  `Connection: close`) when the client asked to, when the bot is draining or stopping
+  (503 `shutting_down`), or after a flood.
 
-Bytes the client sends while parked (a pipelined request, garbage) are read and dropped:
-they are never answered, and the long-poll's answer says `Connection: close`, so an HTTP
-client re-sends what it pipelined on a new connection. The client closing (EOF, reset) ends
-the watch at once (`connection_lost`; parked inside aiohttp it took up to 2 s).
+Bytes the client sends while parked (pipelined requests, garbage) are kept, up to
+`MAX_PIPELINED`, and given to aiohttp after the answer, which handles them as it would have
+(answers the requests in order, a 400 for garbage); past that bound they are dropped and
+the connection closes after the answer, so what was pipelined is never answered (an HTTP
+client re-sends it on a new connection). The client closing (EOF, reset) ends the watch at
+once (`connection_lost`; parked inside aiohttp it took up to 2 s).
 
 Fail closed: `park` detaches only what it knows how to (the aiohttp versions in
 `DETACHABLE_AIOHTTP`, an HTTP/1.1 GET without a body, nothing pipelined or buffered behind
@@ -52,6 +57,10 @@ log = logging.getLogger(__name__)
 #: against and tested with (tests/bot/test_parked.py checks the installed one is here).
 #: Another version parks inside aiohttp, as before, until checked and added.
 DETACHABLE_AIOHTTP = frozenset({(3, 14)})
+
+#: Bytes a client may pipeline behind a parked long-poll (kept for aiohttp, which answers them
+#: after it); past this the connection closes after the answer, the rest unanswered.
+MAX_PIPELINED = 64 * 1024
 
 #: What a parked long-poll answers once its watch is done: a response now, one later (a
 #: re-read after the wait ended), or None (nobody to answer).
@@ -89,10 +98,11 @@ _IDLE = (
 )
 
 
-def encode(response: web.Response) -> bytes:
-    """`response` as the bytes of a complete HTTP/1.1 response that closes the connection:
-    the status, its headers (Content-Type, any others the response carries), then what
-    aiohttp adds to each (Content-Length, Date, Server) and `Connection: close`."""
+def encode(response: web.Response, *, close: bool) -> bytes:
+    """`response` as the bytes of a complete HTTP/1.1 response: the status, its headers
+    (Content-Type, any others the response carries), then what aiohttp adds to each
+    (Content-Length, Date, Server) and, if the connection closes after it, `Connection:
+    close` (kept alive, HTTP/1.1 says nothing, as aiohttp)."""
     body = response.body
     if not isinstance(body, bytes):
         raise TypeError(f"a parked long-poll answers with a bytes body, not {type(body)!r}")
@@ -107,27 +117,47 @@ def encode(response: web.Response) -> bytes:
         lines.append(f"Date: {rfc822_formatted_time()}")
     if "Server" not in response.headers:
         lines.append(f"Server: {SERVER_SOFTWARE}")
-    lines.append("Connection: close")
+    if close:
+        lines.append("Connection: close")
     if any("\r" in line or "\n" in line for line in lines):
         raise ValueError("a header of a parked long-poll's answer holds a line break")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class Parked(asyncio.Protocol):
-    """One detached long-poll: its socket (`transport`), its `Watch` until the wait ends, and
-    the `Parking` that answers it."""
+    """One detached long-poll: its socket (`transport`), its `Watch` until the wait ends, the
+    `Parking` that answers it, and aiohttp's `Server` to hand the connection back to after
+    the answer (None: close it then), with the bytes the client sent meanwhile."""
 
-    __slots__ = ("_parking", "_transport", "_watch")
+    __slots__ = ("_parking", "_received", "_server", "_transport", "_watch")
 
-    def __init__(self, parking: Parking, transport: asyncio.Transport, watch: Watch) -> None:
+    def __init__(
+        self,
+        parking: Parking,
+        transport: asyncio.Transport,
+        watch: Watch,
+        server: web.Server | None,
+    ) -> None:
         self._parking = parking
         self._transport: asyncio.Transport | None = transport
         self._watch: Watch | None = watch
+        self._server = server
+        self._received: bytearray | None = None
 
     # -- the socket's events (asyncio.Protocol) -------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        """A pipelined request or garbage: dropped, never answered (the answer closes)."""
+        """Pipelined requests (or garbage): kept for aiohttp, which gets them after the
+        answer, as it would have; past `MAX_PIPELINED` bytes, dropped and the connection
+        closes after the answer (what was pipelined is never answered)."""
+        if self._server is None:
+            return
+        if self._received is None:
+            self._received = bytearray()
+        if len(self._received) + len(data) > MAX_PIPELINED:
+            self._server = self._received = None
+            return
+        self._received += data
 
     def eof_received(self) -> bool | None:
         return None  # the client is done: close (as aiohttp does)
@@ -149,16 +179,30 @@ class Parked(asyncio.Protocol):
         self._parking.ended(watch)
         self._parking.answer(self, watch)
 
-    def send(self, response: web.Response | None) -> None:
-        """Write `response` (None: nothing) and close the connection."""
+    def send(self, response: web.Response | None, *, keep_alive: bool) -> None:
+        """Write `response` (None: nothing), then hand the connection back to aiohttp (if
+        `keep_alive` and it can be) or close it."""
         transport, self._transport = self._transport, None
+        server = self._server if keep_alive and response is not None else None
+        received, self._server, self._received = self._received, None, None
         if transport is None or transport.is_closing():
             return
         try:
             if response is not None:
-                transport.write(encode(response))
-        finally:
-            transport.close()  # after the write has been flushed
+                transport.write(encode(response, close=server is None))
+            if server is not None:
+                # Back to aiohttp as if it were a new connection: a new `RequestHandler`
+                # (keep-alive timer, parser) reads the client's next request, and first the
+                # ones it pipelined while parked.
+                handler = server()
+                transport.set_protocol(handler)
+                handler.connection_made(transport)
+                if received:
+                    handler.data_received(bytes(received))
+                return
+        except Exception:
+            log.exception("a detached long-poll's connection could not be answered or handed back")
+        transport.close()  # after the write has been flushed
 
 
 class Parking:
@@ -171,11 +215,13 @@ class Parking:
         gauge: _Gauge,
         answer: Callable[[Watch], Answer],
         fail: Callable[[Exception, str], web.Response],
+        keep_alive: Callable[[], bool],
     ) -> None:
         self._waiter = waiter
         self._gauge = gauge
         self._answer = answer
         self._fail = fail  # the API's error answer, if `answer` itself fails (request id)
+        self._keep_alive = keep_alive  # False: close after answering (the bot is draining)
         self._later: set[asyncio.Task[None]] = set()  # answers waiting for a re-read
         self.parked = 0  # connections parked here now
         # The context the watches' done callbacks run in: an empty one, shared by this
@@ -192,7 +238,10 @@ class Parking:
             return False
         transport = handler.transport
         assert transport is not None
-        parked = Parked(self, transport, watch)
+        # Handed back for keep-alive after the answer, if the client wants it (HTTP/1.1 does
+        # unless it says `Connection: close`) and the server is aiohttp's own.
+        server = handler._manager if request.keep_alive else None
+        parked = Parked(self, transport, watch, server if type(server) is web.Server else None)
         try:
             transport.set_protocol(parked)
         except Exception:  # e.g. a transport that cannot: stay with aiohttp
@@ -218,14 +267,14 @@ class Parking:
 
     def answer(self, parked: Parked, watch: Watch) -> None:
         if watch.cancelled():  # the Waiter stopped under it: the bot is going down
-            parked.send(shutting_down_response())
+            parked.send(shutting_down_response(), keep_alive=False)
             return
         try:
             answer = self._answer(watch)
         except Exception as e:  # fail closed: the agent reads an error, never silence
             answer = self._fail(e, watch.request_id)
         if answer is None or isinstance(answer, web.Response):
-            parked.send(answer)
+            parked.send(answer, keep_alive=self._keep_alive())
             return
         task = asyncio.ensure_future(self._send_later(parked, answer, watch.request_id))
         self._later.add(task)
@@ -237,11 +286,11 @@ class Parking:
         try:
             response = await answer
         except asyncio.CancelledError:  # the Waiter stopped under the read
-            parked.send(shutting_down_response())
+            parked.send(shutting_down_response(), keep_alive=False)
             raise
         except Exception as e:
             response = self._fail(e, request_id)
-        parked.send(response)
+        parked.send(response, keep_alive=self._keep_alive())
 
 
 def _detachable(request: web.BaseRequest) -> RequestHandler | None:

@@ -87,38 +87,43 @@ async def create(ctx: BotContext, n: int = 1) -> list[str]:
 
 
 class Raw:
-    """A long-poll on a raw socket: what it sent, what came back, whether the server closed."""
+    """A long-poll on a raw socket: one response read at a time, then what follows."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def poll(cls, port: int, rid: str, wait: float = 30, extra: bytes = b"") -> Raw:
+    async def poll(cls, port: int, rid: str, wait: float = 30, headers: str = "") -> Raw:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            f"GET /v1/approvals/{rid}?wait={wait:g} HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
-            + extra
-        )
-        await writer.drain()
-        return cls(reader, writer)
+        raw = cls(reader, writer)
+        await raw.get(rid, wait, headers)
+        return raw
 
-    async def answer(self) -> tuple[int, dict[str, str], bytes, bytes]:
-        """Status, headers (lower-case names), body, and whatever followed, read to EOF (the
-        server closes after the answer)."""
-        data = await asyncio.wait_for(self.reader.read(), 20)  # to EOF
-        head, _, rest = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        assert lines[0].startswith("HTTP/1.1 ")
-        headers = {}
+    async def get(self, rid: str, wait: float = 0, headers: str = "") -> None:
+        self.writer.write(
+            f"GET /v1/approvals/{rid}?wait={wait:g} HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n{headers}\r\n".encode()
+        )
+        await self.writer.drain()
+
+    async def answer(self) -> tuple[int, dict[str, str], bytes]:
+        """The next response: status, headers (lower-case names), body."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 20)
+        lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        assert lines[0].startswith("HTTP/1.")
+        headers: dict[str, str] = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
             assert name.lower() not in headers, f"header {name} twice"
             headers[name.lower()] = value.strip()
-        length = int(headers["content-length"])
+        body = await self.reader.readexactly(int(headers["content-length"]))
+        return int(lines[0].split()[1]), headers, body
+
+    async def rest(self) -> bytes:
+        """Everything else, until the server closes the connection."""
+        data = await asyncio.wait_for(self.reader.read(), 20)
         self.writer.close()
-        return status, headers, rest[:length], rest[length:]
+        return data
 
 
 # -- the installed aiohttp ----------------------------------------------------------------------
@@ -138,34 +143,45 @@ async def test_detached_long_polls_get_the_answer_aiohttp_would_have_written(
     redis_url: str, keys: Keys
 ) -> None:
     """Approve, deny, cancel and the wait's end each answer the detached long-poll with what
-    an undetached GET answers (status, headers, JSON) plus `Connection: close`."""
+    an undetached GET answers (status, headers, JSON), and the connection is aiohttp's again
+    (keep-alive: the next request on it is answered); a client that said `Connection: close`
+    is answered so and the connection closed."""
     async with running_bot(redis_url, keys) as bot:
         ctx, port = bot.ctx, bot.port
         assert ctx is not None and port is not None
-        approve, deny, cancel, timeout = await create(ctx, 4)
+        approve, deny, cancel, timeout, closing = await create(ctx, 5)
         polls = {rid: await Raw.poll(port, rid) for rid in (approve, deny, cancel)}
         polls[timeout] = await Raw.poll(port, timeout, wait=0.5)
-        await eventually(lambda: parking(bot).parked == 4, what="four detached")
-        assert gauge(ctx) == 4 and ctx.waiter.waiting == 4
+        polls[closing] = await Raw.poll(port, closing, headers="Connection: close\r\n")
+        await eventually(lambda: parking(bot).parked == 5, what="five detached")
+        assert gauge(ctx) == 5 and ctx.waiter.waiting == 5
         await ctx.service.decide(approve, "approve", Actor("U1"))
         await ctx.service.decide(deny, "deny", Actor("U1"), reason="not now")
         await ctx.service.cancel(cancel, by="agent", reason="moot", via="api")
         expected = {approve: "approved", deny: "denied", cancel: "cancelled", timeout: "pending"}
         async with aiohttp.ClientSession() as http:
             for rid, status in expected.items():
-                code, headers, body, after = await polls[rid].answer()
-                assert (code, json.loads(body)["status"], after) == (200, status, b"")
-                assert headers["connection"] == "close"
+                code, headers, body = await polls[rid].answer()
+                assert (code, json.loads(body)["status"]) == (200, status)
+                # Kept alive: aiohttp answers the next request on the same connection.
+                await polls[rid].get(rid)
+                again = await polls[rid].answer()
+                assert (again[0], json.loads(again[2])) == (200, json.loads(body))
+                polls[rid].writer.close()
                 # The same request read without a wait, through aiohttp: the same answer.
                 async with http.get(
                     f"http://127.0.0.1:{port}/v1/approvals/{rid}", headers=AUTH
                 ) as r:
                     assert json.loads(body) == await r.json()
                     theirs = {k.lower(): v for k, v in r.headers.items()}
-                assert set(theirs) | {"connection"} == set(headers)  # 1.1 keeps alive unsaid
+                assert set(theirs) == set(headers) == set(again[1])
                 for name in ("content-type", "server"):
                     assert headers[name] == theirs[name]
-        assert json.loads(body)["status"] == "pending"
+        await ctx.service.decide(closing, "approve", Actor("U1"))
+        code, headers, body = await polls[closing].answer()
+        assert (code, json.loads(body)["status"]) == (200, "approved")
+        assert headers["connection"] == "close"
+        assert await polls[closing].rest() == b"", "closed after the answer"
         assert parking(bot).parked == 0 and gauge(ctx) == 0 and ctx.waiter.waiting == 0
 
 
@@ -182,7 +198,7 @@ async def test_many_parked_long_polls_decided_at_once_each_get_their_own_decisio
 
             async def poll(rid: str) -> tuple[str, Any]:
                 async with http.get(f"{base}/v1/approvals/{rid}?wait=30", headers=AUTH) as r:
-                    assert r.status == 200 and r.headers["Connection"] == "close"
+                    assert r.status == 200
                     return rid, await r.json()
 
             polls = [asyncio.create_task(poll(rid)) for rid in rids]
@@ -194,7 +210,7 @@ async def test_many_parked_long_polls_decided_at_once_each_get_their_own_decisio
                 )
             )
             answers = dict(await asyncio.gather(*polls))
-            # The client reconnects for its next call (the answer closed the connection).
+            # The next call (on a connection kept alive).
             async with http.get(f"{base}/v1/approvals/{rids[0]}", headers=AUTH) as r:
                 assert (await r.json())["status"] == "denied"
         for i, rid in enumerate(rids):
@@ -223,8 +239,9 @@ async def test_a_client_gone_while_detached_ends_its_watch_and_the_gauge(
         await eventually(lambda: parking(bot).parked == 1, what="the gone one released")
         assert gauge(ctx) == 1 and ctx.waiter.waiting == 1
         await ctx.service.decide(stays, "approve", Actor("U1"))
-        code, _, body, _ = await polls[1].answer()
+        code, _, body = await polls[1].answer()
         assert (code, json.loads(body)["status"]) == (200, "approved")
+        polls[1].writer.close()
         assert gauge(ctx) == 0 and ctx.waiter.waiting == 0
 
 
@@ -243,8 +260,9 @@ async def test_shutdown_answers_detached_long_polls_503_shutting_down(
             if drained:
                 await bot.drain(0.5)
         for poll in polls:
-            code, headers, body, _ = await poll.answer()
+            code, headers, body = await poll.answer()
             assert code == 503, drained
+            assert await poll.rest() == b"", "closed after the answer"
             assert json.loads(body)["error"]["code"] == "shutting_down"
             assert headers["retry-after"] == "1" and headers["connection"] == "close"
 
@@ -263,7 +281,8 @@ async def test_a_store_failure_after_the_wait_answers_503_store_unavailable(
         poll = await Raw.poll(bot.port, rid, wait=1)
         await eventually(lambda: parking(bot).parked == 1, what="detached")
         proxy.cut()
-        code, _, body, _ = await poll.answer()
+        code, _, body = await poll.answer()
+        poll.writer.close()
         proxy.restore()
         assert (code, json.loads(body)["error"]["code"]) == (503, "store_unavailable")
         assert parking(bot).parked == 0 and gauge(ctx) == 0
@@ -273,13 +292,15 @@ async def test_a_store_failure_after_the_wait_answers_503_store_unavailable(
 
 
 @on_each_loop
-async def test_bytes_sent_while_detached_are_dropped_never_run_and_cannot_approve(
+async def test_bytes_sent_while_detached_go_to_aiohttp_after_the_answer_or_nowhere(
     redis_url: str, keys: Keys
 ) -> None:
-    """Garbage, a flood and pipelined requests (one of them an approval-looking answer
-    injected as if from the server) sent while parked are dropped: the long-poll answers its
-    own request's decision (a deny here, or pending at the wait's end), once, then closes; a
-    pipelined cancel does not run."""
+    """Pipelined requests and garbage (one piece an approval-looking response, as if from the
+    server) sent while parked cannot change the long-poll's answer: it answers its own
+    request's decision (a deny, or pending at the wait's end) first; then aiohttp gets those
+    bytes, as it would have without detaching (a pipelined cancel of the denied request is
+    answered 409, garbage 400 and the close). A flood past `MAX_PIPELINED` is dropped: the answer,
+    then the close, nothing else."""
     async with running_bot(redis_url, keys) as bot:
         ctx = bot.ctx
         assert ctx is not None and bot.port is not None
@@ -287,25 +308,35 @@ async def test_bytes_sent_while_detached_are_dropped_never_run_and_cannot_approv
         polls = {rid: await Raw.poll(bot.port, rid, wait=30) for rid in (denied, flooded)}
         polls[waited] = await Raw.poll(bot.port, waited, wait=1)
         await eventually(lambda: parking(bot).parked == 3, what="three detached")
-        pipelined = (
-            f"POST /v1/approvals/{denied}/cancel HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Bearer {TOKEN}\r\nContent-Length: 0\r\n\r\n"
+        garbage = (
             'HTTP/1.1 200 OK\r\nContent-Length: 21\r\n\r\n{"status":"approved"}'
             "\x00\xff garbage \r\n\r\n"
         ).encode("latin-1")
-        for rid in (denied, waited):
-            polls[rid].writer.write(pipelined)
+        polls[denied].writer.write(
+            f"POST /v1/approvals/{denied}/cancel HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+        polls[waited].writer.write(garbage)
         for _ in range(64):
             polls[flooded].writer.write(b"\x16\x03\x01" + bytes(range(256)) * 64)
         await asyncio.gather(*(p.writer.drain() for p in polls.values()))
+        await eventually(lambda: parking(bot).parked == 3, what="still three (no answer yet)")
         await ctx.service.decide(denied, "deny", Actor("U1"), reason="no")
         await ctx.service.decide(flooded, "deny", Actor("U1"), reason="no")
         for rid, status in ((denied, "denied"), (waited, "pending"), (flooded, "denied")):
-            code, _, body, after = await polls[rid].answer()
-            assert (code, json.loads(body)["status"], after) == (200, status, b""), rid
+            code, _, body = await polls[rid].answer()
+            assert (code, json.loads(body)["status"]) == (200, status), rid
+        cancel = await polls[denied].answer()
+        assert (cancel[0], json.loads(cancel[2])["error"]["code"]) == (409, "already_decided")
+        polls[denied].writer.close()
+        rest = await polls[waited].rest()
+        assert rest.startswith(b"HTTP/1.0 400 Bad Request\r\n")  # aiohttp's, on garbage
+        assert b"approved" not in rest
+        assert await polls[flooded].rest() == b"", "the flood: never answered"
         got = await ctx.store.get(denied)
         assert got.status == "denied" and got.decision is not None
-        assert got.decision.decided_by == "U1", "the pipelined cancel did not run"
+        assert got.decision.decided_by == "U1"
+        assert (await ctx.store.get(waited)).status == "pending"
         assert parking(bot).parked == 0 and ctx.waiter.waiting == 0
 
 
@@ -375,9 +406,9 @@ async def _no_leftovers(
         del kept
         for rid in rids:
             await ctx.service.decide(rid, "approve", Actor("U1"))
-        for reader, _ in raws:
-            data = await asyncio.wait_for(reader.read(), 20)
-            assert json.loads(data.partition(b"\r\n\r\n")[2])["status"] == "approved"
+        for reader, writer in raws:
+            _, _, body = await Raw(reader, writer).answer()
+            assert json.loads(body)["status"] == "approved"
         assert ctx.waiter.waiting == 0 and app[PARKING].parked == 0
     finally:
         for _, writer in raws:
@@ -402,7 +433,6 @@ async def test_tls_long_polls_detach_and_answer(redis_url: str, keys: Keys) -> N
             async def poll(rid: str) -> Any:
                 url = f"https://localhost:{port}/v1/approvals/{rid}?wait=30"
                 async with http.get(url, headers=AUTH, ssl=client_ssl) as r:
-                    assert r.headers["Connection"] == "close"
                     return await r.json()
 
             polls = [asyncio.create_task(poll(rid)) for rid in rids]
@@ -467,9 +497,9 @@ def test_an_answer_that_fails_is_a_500_the_agent_reads(
             await eventually(lambda: parking(bot).parked == 1, what="detached")
             monkeypatch.setattr(api, "approval_object", broken)
             await ctx.service.decide(rid, "approve", Actor("U1"))
-            code, headers, body, _ = await poll.answer()
+            code, _, body = await poll.answer()
             assert (code, json.loads(body)["error"]["code"]) == (500, "internal")
-            assert headers["connection"] == "close"
+            poll.writer.close()
             assert parking(bot).parked == 0 and gauge(ctx) == 0
 
     with asyncio.Runner() as runner:
