@@ -59,6 +59,7 @@ class MaskingWebClient(AsyncWebClient):
         super().__init__(*args, **kwargs)
         self._urls: dict[str, str] = {}
         self._json_headers: tuple[str | None, dict[str, str]] = (None, {})
+        self._json_timeout = aiohttp.ClientTimeout(total=self.timeout)
 
     async def api_call(
         self,
@@ -116,8 +117,15 @@ class MaskingWebClient(AsyncWebClient):
             self._json_headers = (self.token, headers)
         session = self.session
         assert session is not None  # `_direct` checked
+        timeout = self._json_timeout
+        if timeout.total != self.timeout:  # per call, as slack_sdk's path (not the session's)
+            timeout = self._json_timeout = aiohttp.ClientTimeout(total=self.timeout)
         async with session.post(
-            url, data=json.dumps(body).encode(), headers=headers, ssl=self.ssl or True
+            url,
+            data=json.dumps(body).encode(),
+            headers=headers,
+            ssl=self.ssl or True,
+            timeout=timeout,
         ) as res:
             try:
                 data: Any = await res.json()

@@ -5,6 +5,7 @@ against the emulator; the dispatcher's caller keeps its 429, ok:false and retry 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -137,6 +138,19 @@ async def test_post_json_fails_as_slack_sdk_fails(
         )
     assert seen == [(status, error, retry_after)] * 2
     assert len(slack.calls_to("chat.update")) == 2
+
+
+async def test_post_json_gives_up_after_the_clients_timeout_as_slack_sdk_does(
+    slack: SlackEmulator, session: aiohttp.ClientSession
+) -> None:
+    """The client's `timeout` bounds each call on the direct path too, whatever the session's
+    own (the fixture's has aiohttp's default of 5 minutes)."""
+    client = await _client(slack, session, direct=True)
+    client.timeout = 1
+    slack.latency_by_method["chat.postMessage"] = 30.0
+    with pytest.raises(asyncio.TimeoutError):
+        await client.post_json("chat.postMessage", {"channel": CHANNEL, "text": "hi"})
+    assert slack.calls_to("chat.postMessage") == []  # the emulator was still sleeping
 
 
 async def test_post_json_takes_slack_sdks_path_when_the_session_is_gone(
