@@ -40,6 +40,7 @@ from approvals.store.store import ApprovalStore
 from bench.bench_e2e import bot_client_names, connections
 from bench.bench_waiters import run_floor
 from bench.common import (
+    LeanHttp,
     add_redis_arguments,
     delete_prefix,
     free_port,
@@ -226,17 +227,19 @@ async def wait_released(
 # -- the agents (child process) -----------------------------------------------------------------
 
 
-def agents_side(conn: Connection, base: str) -> None:
+def agents_side(conn: Connection, base: str, client: str = "lean") -> None:
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(_agents_side(conn, base))
+    asyncio.run(_agents_side(conn, base, client))
     conn.close()
 
 
-async def _agents_side(conn: Connection, base: str) -> None:
+async def _agents_side(conn: Connection, base: str, client: str) -> None:
     """Commands from the pipe: ("create", n, tag) → ids; ("park", ids) → long-polls that
     re-poll while pending and report ("woke", id, time.time(), status); ("release",) →
-    every long-poll cancelled and its socket closed; ("stop",)."""
+    every long-poll cancelled and its socket closed; ("stop",). Each long-poll holds its own
+    connection: `bench.common.LeanHttp` (client "lean") or one of aiohttp's pool ("aiohttp")."""
     loop = asyncio.get_running_loop()
+    host, _, port = base.removeprefix("http://").partition(":")
     auth = {"Authorization": f"Bearer {API_TOKEN}"}
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     http = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
@@ -259,19 +262,25 @@ async def _agents_side(conn: Connection, base: str) -> None:
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
 
+    async def get(lean: LeanHttp | None, path: str) -> tuple[int, Any]:
+        if lean is not None:
+            return await lean.request("GET", path)
+        async with http.get(base + path, headers=auth) as r:
+            raw = await r.read()
+            return r.status, json.loads(raw) if r.status == 200 else raw[:200]
+
     async def long_poll(request_id: str) -> None:
-        url = f"{base}/v1/approvals/{request_id}?wait={WAIT}"
+        path = f"/v1/approvals/{request_id}?wait={WAIT}"
+        lean = LeanHttp(host, int(port), auth) if client == "lean" else None
         try:
             while True:
-                async with http.get(url, headers=auth) as r:
-                    raw = await r.read()
-                    if r.status == 503:  # a blip (e.g. the pool busy): retry, as the client does
-                        retried[0] += 1
-                        await asyncio.sleep(0.5)
-                        continue
-                    if r.status != 200:
-                        raise RuntimeError(f"long-poll answered {r.status}: {raw[:200]!r}")
-                got = json.loads(raw)
+                status, got = await get(lean, path)
+                if status == 503:  # a blip (e.g. the pool busy): retry, as the client does
+                    retried[0] += 1
+                    await asyncio.sleep(0.5)
+                    continue
+                if status != 200:
+                    raise RuntimeError(f"long-poll answered {status}: {got!r}")
                 if got["status"] != "pending":
                     conn.send(("woke", request_id, time.time(), got["status"]))
                     return
@@ -279,6 +288,9 @@ async def _agents_side(conn: Connection, base: str) -> None:
             raise
         except Exception as e:
             errors.append(f"{request_id}: {e!r}")
+        finally:
+            if lean is not None:
+                lean.close()
 
     while True:
         cmd = await inbox.get()
@@ -316,8 +328,8 @@ async def _agents_side(conn: Connection, base: str) -> None:
 class Agents:
     """This process's end of the agents child: commands out, replies and wakes in."""
 
-    def __init__(self, base: str) -> None:
-        self.proc, self.conn = spawn(agents_side, base)
+    def __init__(self, base: str, client: str = "lean") -> None:
+        self.proc, self.conn = spawn(agents_side, base, client)
         self.woke: dict[str, tuple[float, str]] = {}
         self.replies: asyncio.Queue[Any] = asyncio.Queue()
         self._events: dict[str, asyncio.Event] = {}
@@ -376,7 +388,12 @@ async def wait_posted(slack: SlackEmulator, n: int, within: float) -> None:
 
 
 async def memory_phase(
-    url: str, admin: Redis, n: int, label: str = "this", cwd: str | None = None
+    url: str,
+    admin: Redis,
+    n: int,
+    label: str = "this",
+    cwd: str | None = None,
+    client: str = "lean",
 ) -> dict[str, Any]:
     """A fresh bot; N requests created and posted; then N long-polls parked on them."""
     keys = Keys(f"bench-{uuid.uuid4().hex[:10]}")
@@ -388,7 +405,7 @@ async def memory_phase(
         ):
             bot.consumer = await serve_consumer(admin, _SEEN_BOTS)
             names = bot_client_names(bot.consumer)
-            agents = Agents(bot.base)
+            agents = Agents(bot.base, client)
             try:
                 began = time.monotonic()
                 request_ids = await agents.ask("create", n + 1, keys.prefix, within=600)
@@ -431,7 +448,7 @@ async def memory_phase(
     }
 
 
-async def bare_phase(n: int) -> dict[str, Any]:
+async def bare_phase(n: int, client: str = "lean") -> dict[str, Any]:
     """N long-polls parked on a bare aiohttp server: what aiohttp and asyncio alone cost per
     parked request on this machine (same agents, same request, same headers)."""
     port = free_port()
@@ -450,7 +467,7 @@ async def bare_phase(n: int) -> dict[str, Any]:
                 async with http.get(f"{server.base}/parked") as resp:
                     return int(await resp.text())
 
-            agents = Agents(server.base)
+            agents = Agents(server.base, client)
             try:
                 rss0 = await server.settled_rss()
                 await agents.ask("park", [f"apr_bare{i}" for i in range(n)])
@@ -509,7 +526,7 @@ async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dic
             stack.push_async_callback(delete_prefix, admin, keys)
             profile = args.profile_bot if label == "this" else None
             bot = await stack.enter_async_context(bot_process(url, keys, slack, profile, cwd))
-            agents = Agents(bot.base)
+            agents = Agents(bot.base, args.agents_client)
             stack.push_async_callback(agents.close)
             request_ids = await agents.ask("create", total, keys.prefix, within=600)
             await wait_posted(slack, total * (len(sides) + 1), 600)
@@ -630,7 +647,8 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         "The bot: `approval-bot serve` in its own process (a fresh one per phase; SIGUSR1 → "
         "gc.collect() before each RSS reading).\nThe agents: a child process holding every "
-        f"long-poll (GET /v1/approvals/{{id}}?wait={WAIT}) on its own socket."
+        f"long-poll (GET /v1/approvals/{{id}}?wait={WAIT}) on its own socket, "
+        f"{r.get('agents_client', 'aiohttp')} HTTP client."
     )
     rows = []
     for m in sorted([*r["memory"], *r.get("memory_other", [])], key=lambda m: m["parked"]):
@@ -732,14 +750,16 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         if args.bare:
             n = min(args.sizes)
             print(f"# {n:,} parked on a bare aiohttp server (the framework's floor)", flush=True)
-            result["bare_aiohttp"] = await bare_phase(n)
+            result["bare_aiohttp"] = await bare_phase(n, args.agents_client)
         result["memory"] = []
         for n in args.sizes:
             print(f"# {n:,} parked long-polls", flush=True)
-            result["memory"].append(await memory_phase(url, admin, n))
+            result["memory"].append(await memory_phase(url, admin, n, client=args.agents_client))
             if args.compare_with:
                 print(f"# {n:,} parked long-polls, {args.compare_with}", flush=True)
-                other = await memory_phase(url, admin, n, "other", args.compare_with)
+                other = await memory_phase(
+                    url, admin, n, "other", args.compare_with, args.agents_client
+                )
                 result.setdefault("memory_other", []).append(other)
         result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         return result
@@ -772,6 +792,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="skip the bare aiohttp server (the framework's floor per parked request)",
     )
+    p.add_argument(
+        "--agents-client",
+        choices=("lean", "aiohttp"),
+        default="lean",
+        help="the agents' HTTP client: lean (bench.common.LeanHttp, default: tens of µs per "
+        "answer) or aiohttp's (several hundred µs of the agents' own, inside every figure)",
+    )
     add_redis_arguments(p)
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -787,6 +814,7 @@ def main(argv: list[str] | None = None) -> None:
     if want < max(args.sizes, default=0) + 512:  # per process: each holds one end
         raise SystemExit(f"RLIMIT_NOFILE hard limit {hard} is too low for {max(args.sizes)}")
     result = run_against_redis(args, main_async)
+    result["agents_client"] = args.agents_client
     result["targets"] = judge(result)
     print_report(result)
     print(json.dumps(result, separators=(",", ":")))
