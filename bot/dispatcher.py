@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from approvals.errors import NotFound
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.policy import UNROUTED_CHANNEL
 from approvals.store.connection import cancel_and_wait
@@ -576,8 +577,33 @@ class Dispatcher:
         if status != "pending":
             # A decision landed while we were posting: it found no message to update.
             await self._update(await self.ctx.store.get(request.id))
+        elif kind == "copy":
+            await self._retire_copy(request, message)
         elif kind == "message" and posted:
             await self._dm_reviewers(request.model_copy(update={"message": message}))
+
+    async def _retire_copy(self, posted: ApprovalRequest, copy: SlackMessage) -> None:
+        """A copy of a pending request's message, posted for a route round the request has
+        left (the post landed after an escalation, which found no message to mark): it must
+        not stay a second live set of buttons. It says where the request went, as the
+        escalation's own note does; decided meanwhile, it shows the outcome (with the other
+        copies). A copy of the current round (a duplicate) is left to the decision."""
+        try:
+            now = await self.ctx.store.get(posted.id)
+        except NotFound:
+            return
+        if now.is_pending and now.escalations != posted.escalations:
+            note = blocks.escalated_note(posted, now.channel or "")
+            try:
+                await self.slack.call(
+                    copy.channel, "chat_update", channel=copy.channel, ts=copy.ts, message=note
+                )
+            except Permanent as e:
+                log.warning("could not retire a late copy id=%s error=%s", posted.id, e.error)
+            log.info("late copy marked escalated id=%s ts=%s", posted.id, copy.ts)
+            now = await self.ctx.store.get(posted.id)
+        if not now.is_pending:  # its outcome is drawn on every copy, this one too
+            await self._update(now)
 
     async def _update(self, request: ApprovalRequest, row: dict[str, str] | None = None) -> None:
         """Draw the request on its message(s); `row` is its hash as just read, if at hand."""

@@ -207,14 +207,26 @@ CHAIN: dict[str, Any] = {
 }  # fmt: skip
 
 
+async def submit_posted_on_a(bot: Bot, slack: SlackEmulator) -> tuple[str, dict[str, Any]]:
+    """A deploy request and its message on route a, the sweeper held until that message is
+    in Slack: on a loaded machine the post can take longer than route a's 0.5 s, and a
+    request that escalates before it is posted is posted on route b only (or, if the post
+    was under way, late: `test_a_post_that_lands_after_its_escalation_…`)."""
+    assert bot.sweeper is not None
+    await bot.sweeper.stop()
+    rid = (await submit(bot)).id
+    first = await posted_in(slack, CHANNEL, rid)
+    await bot.sweeper.start()
+    return rid, first
+
+
 async def test_escalation_chain_posts_on_each_route_and_the_agent_keeps_waiting(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
     bot = await make_bot(policy(CHAIN))
     assert bot.ctx is not None
-    rid = (await submit(bot)).id
+    rid, first = await submit_posted_on_a(bot, slack)
     waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
-    first = await posted_in(slack, CHANNEL, rid)
     second = await posted_in(slack, OPS, rid)
     # The first message says where the request went, and takes no more clicks.
     await slack.wait_until(
@@ -249,12 +261,43 @@ async def test_escalation_chain_posts_on_each_route_and_the_agent_keeps_waiting(
     assert trail[-1][0] == "expired"
 
 
+async def test_a_post_that_lands_after_its_escalation_is_no_second_live_message(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    """Slack is slow with route a's post: the request escalates to route b (posted there)
+    before it lands. That late message says where the request went and has no buttons, so
+    there is one live set; the decision made on b is drawn on both."""
+    slack.slow_next("chat.postMessage", 1.2)  # past route a's 0.5 s deadline
+    bot = await make_bot(policy(CHAIN))
+    assert bot.ctx is not None
+    rid = (await submit(bot)).id
+    waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
+    second = await posted_in(slack, OPS, rid)
+    first = await posted_in(slack, CHANNEL, rid)
+    assert posts_for(slack, rid) == [OPS, CHANNEL]  # the late one last
+    await slack.wait_until(
+        lambda: not has_actions(slack.messages[(CHANNEL, first["ts"])]), 5, "the late copy retired"
+    )
+    assert "Escalated to <#C0OPS>" in text_of(slack.messages[(CHANNEL, first["ts"])])
+    assert has_actions(slack.messages[(OPS, second["ts"])]) and not waiting.done()
+    assert await reviewer("U0BOB").click(bot, second, OPS, ids.APPROVE) == 200
+    req = await waiting
+    assert req.status == "approved" and req.route == "b"
+    for channel, message in ((OPS, second), (CHANNEL, first)):
+        await slack.wait_until(
+            lambda c=channel, m=message: "Approved" in text_of(slack.messages[(c, m["ts"])]),
+            5,
+            f"the outcome on {channel}",
+        )
+        assert not has_actions(slack.messages[(channel, message["ts"])])
+
+
 async def test_escalated_request_is_decided_on_the_new_route(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
     bot = await make_bot(policy(CHAIN))
     assert bot.ctx is not None
-    rid = (await submit(bot)).id
+    rid, _ = await submit_posted_on_a(bot, slack)
     waiting = asyncio.create_task(bot.ctx.waiter.wait(rid, timeout=15))
     second = await posted_in(slack, OPS, rid)
     assert await reviewer("U0BOB").click(bot, second, OPS, ids.APPROVE) == 200
@@ -271,7 +314,7 @@ async def test_max_escalations_stops_the_chain(make_bot: BotFactory, slack: Slac
     data["routes"]["b"]["max_escalations"] = 1
     bot = await make_bot(policy(data))
     assert bot.ctx is not None
-    rid = (await submit(bot)).id
+    rid, _ = await submit_posted_on_a(bot, slack)
     req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert (req.status, req.route, req.escalations) == ("expired", "b", 1)
     await asyncio.sleep(0.3)
