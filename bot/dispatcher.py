@@ -354,7 +354,7 @@ class Dispatcher:
             return
         request, row = found
         if entry.op == "post":
-            await self._post(request)
+            await self._post(request, row)
         elif entry.op == "update":
             if not request.is_pending:
                 # Whoever waits on this decision is answered before the message is drawn:
@@ -388,12 +388,18 @@ class Dispatcher:
             seconds = (decided_at - request.created_at).total_seconds()
             m.time_to_decision.labels(route=route).observe(max(0.0, seconds))
 
-    async def _post(self, request: ApprovalRequest) -> None:
+    async def _post(self, request: ApprovalRequest, row: dict[str, str] | None = None) -> None:
         if not request.is_pending:
             log.info("not posting decided request id=%s status=%s", request.id, request.status)
             return
         if request.message is not None:
             log.info("already posted id=%s ts=%s", request.id, request.message.ts)
+            # Taken again after a failure (or from a replica gone) between recording a late
+            # copy and retiring it: retire it now.
+            recorded, _ = await self.posting.history(request.id, row)
+            for copy in recorded:
+                if copy.channel != request.message.channel:  # of another route: an earlier one
+                    await self._retire_copy(request, copy, posted_for=None)
             return
         channel = request.channel
         if not channel or channel == UNROUTED_CHANNEL:
@@ -578,30 +584,34 @@ class Dispatcher:
             # A decision landed while we were posting: it found no message to update.
             await self._update(await self.ctx.store.get(request.id))
         elif kind == "copy":
-            await self._retire_copy(request, message)
+            await self._retire_copy(request, message, posted_for=request.escalations)
         elif kind == "message" and posted:
             await self._dm_reviewers(request.model_copy(update={"message": message}))
 
-    async def _retire_copy(self, posted: ApprovalRequest, copy: SlackMessage) -> None:
+    async def _retire_copy(
+        self, shown: ApprovalRequest, copy: SlackMessage, *, posted_for: int | None
+    ) -> None:
         """A copy of a pending request's message, posted for a route round the request has
-        left (the post landed after an escalation, which found no message to mark): it must
-        not stay a second live set of buttons. It says where the request went, as the
-        escalation's own note does; decided meanwhile, it shows the outcome (with the other
-        copies). A copy of the current round (a duplicate) is left to the decision."""
+        left (`posted_for`; None: not known, but of an earlier route), e.g. a post that
+        landed after an escalation, which found no message to mark: it must not stay a second
+        live set of buttons. It says where the request went, as the escalation's own note
+        does; decided meanwhile, it shows the outcome (with the other copies). A copy of the
+        current round (a duplicate) is left to the decision. A failed redraw fails the entry,
+        which is taken again (`_post` retires the copy then)."""
         try:
-            now = await self.ctx.store.get(posted.id)
+            now = await self.ctx.store.get(shown.id)
         except NotFound:
             return
-        if now.is_pending and now.escalations != posted.escalations:
-            note = blocks.escalated_note(posted, now.channel or "")
+        if now.is_pending and now.escalations != posted_for:
+            note = blocks.escalated_note(shown, now.channel or "")
             try:
                 await self.slack.call(
                     copy.channel, "chat_update", channel=copy.channel, ts=copy.ts, message=note
                 )
+                log.info("late copy marked escalated id=%s ts=%s", shown.id, copy.ts)
             except Permanent as e:
-                log.warning("could not retire a late copy id=%s error=%s", posted.id, e.error)
-            log.info("late copy marked escalated id=%s ts=%s", posted.id, copy.ts)
-            now = await self.ctx.store.get(posted.id)
+                log.warning("could not retire a late copy id=%s error=%s", shown.id, e.error)
+            now = await self.ctx.store.get(shown.id)
         if not now.is_pending:  # its outcome is drawn on every copy, this one too
             await self._update(now)
 

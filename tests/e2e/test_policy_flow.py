@@ -292,6 +292,27 @@ async def test_a_post_that_lands_after_its_escalation_is_no_second_live_message(
         assert not has_actions(slack.messages[(channel, message["ts"])])
 
 
+async def test_a_late_copy_whose_redraw_failed_is_retired_when_its_entry_is_retried(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """Slack fails every try of the late copy's redraw (5xx): the post entry fails, is taken
+    again, and then retires the copy (the request was already posted on route b)."""
+    slack.slow_next("chat.postMessage", 1.2)
+    slack.server_error_next("chat.update", 500, times=4)  # the dispatcher's 4 quick tries
+    bot = await make_bot(policy(CHAIN))
+    assert bot.ctx is not None
+    rid = (await submit(bot)).id
+    await posted_in(slack, OPS, rid)
+    first = await posted_in(slack, CHANNEL, rid)
+    await slack.wait_until(
+        lambda: not has_actions(slack.messages[(CHANNEL, first["ts"])]), 10, "the copy retired"
+    )
+    assert "Escalated to <#C0OPS>" in text_of(slack.messages[(CHANNEL, first["ts"])])
+    failed = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == first["ts"]]
+    assert len(failed) >= 5 and not failed[0].ok and failed[-1].ok
+    assert (await bot.ctx.store.get(rid)).is_pending
+
+
 async def test_escalated_request_is_decided_on_the_new_route(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
