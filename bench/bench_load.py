@@ -281,6 +281,23 @@ def wait_written(path: str, since: float, within: float = 10.0) -> None:
     print(f"# the bot did not write its profile {path} within {within:g} s", flush=True)
 
 
+async def bot_connections(admin: Any) -> int:
+    """The bot's store connections to Redis: CLIENT LIST entries named `approval-bot:…` (its
+    Waiter's are `approval-bot-waiter:…`). Read between phases, never inside a timed one."""
+    return sum(
+        1 for c in await admin.client_list() if str(c.get("name", "")).startswith("approval-bot:")
+    )
+
+
+def _rss_mib(pid: int) -> float:
+    """VmRSS of process `pid`, MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def _wall(rows: Sequence[Sequence[Any]]) -> float:
     return max(r[2] for r in rows) - min(r[1] for r in rows) if rows else 0.0
 
@@ -326,6 +343,8 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 await click_all(ledger, base, slack, warm_ids, 5)
                 await agents.ask({"op": "resumed", "ids": warm_ids, "within": 30})
 
+                conns = {"before creates": await bot_connections(admin)}
+                rss = {"before creates": _rss_mib(proc.pid)}
                 print(f"# {n:,} concurrent creates", flush=True)
                 began = bot_cpu(1)
                 created = await agents.ask({"op": "create", "n": n})
@@ -337,6 +356,8 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 began = bot_cpu(1)
                 last_post = await wait_posted(ledger, request_ids)
                 cpu["post"] = bot_cpu(-1) - began
+                conns["after creates"] = await bot_connections(admin)
+                rss["after creates"] = _rss_mib(proc.pid)
                 result["create"] = {
                     "created": len(request_ids),
                     "errors": created["errors"],
@@ -375,6 +396,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 cancelled = await agents.ask({"op": "cancel", "ids": more_ids})
                 cpu["cancel"] = bot_cpu(-1) - began
                 crows = cancelled["rows"]
+                conns["after cancels"] = await bot_connections(admin)
                 woken = await agents.ask({"op": "resumed", "ids": more_ids, "within": 60})
                 first = min(r[1] for r in crows)
                 wrows = woken["rows"]
@@ -401,6 +423,8 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
                     "click → resumed → update": round(1000 * cpu["click"] / n, 3),
                     "cancel (HTTP)": round(1000 * cpu["cancel"] / n, 3),
                 }
+                result["bot_redis_connections"] = conns
+                result["bot_rss_mib"] = rss
                 conn.send({"op": "quit"})
             finally:
                 child.join(10)
@@ -491,6 +515,10 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         "  agents' CPU ms per operation: "
         + ", ".join(f"{k} {v}" for k, v in r["agents_cpu_ms_per_op"].items())
+    )
+    print(
+        "  the bot's Redis connections (store pool): "
+        + ", ".join(f"{k} {v}" for k, v in r["bot_redis_connections"].items())
     )
     for phase in ("create", "click", "cancel"):
         for e in r[phase]["errors"]:
