@@ -393,7 +393,19 @@ async def _no_leftovers(
                 f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
             )
             raws.append((reader, writer))
-        await eventually(lambda: ctx.waiter.waiting == 4, what="four parked")
+        # A long-poll is watched before it is read and detached: wait for the three
+        # detachments and for their handlers' tasks to end (a busy loop may lag behind).
+        await eventually(
+            lambda: ctx.waiter.waiting == 4 and app[PARKING].parked == 3,
+            what="four parked, three of them detached",
+        )
+
+        def handler_tasks() -> list[asyncio.Task[Any]]:
+            return [t for t in asyncio.all_tasks() if "_handle_request" in repr(t.get_coro())]
+
+        await eventually(
+            lambda: len(handler_tasks()) == 1, what="only the HTTP/1.0 one has a handler task"
+        )
         assert app[PARKING].parked == 3
         gc.collect()
         handlers = {id(o) for o in gc.get_objects() if type(o) is RequestHandler}
@@ -401,8 +413,6 @@ async def _no_leftovers(
         kept = [(req(), proto in handlers) for minor, req, proto in seen if minor == 0]
         assert detached == [(None, False)] * 3
         assert kept[0][0] is not None and kept[0][1]
-        tasks = [t for t in asyncio.all_tasks() if "_handle_request" in repr(t.get_coro())]
-        assert len(tasks) == 1, "only the HTTP/1.0 one has a handler task"
         del kept
         for rid in rids:
             await ctx.service.decide(rid, "approve", Actor("U1"))
