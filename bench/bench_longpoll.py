@@ -63,6 +63,7 @@ API_TOKEN = "bench-token"
 REVIEWER = "U0BENCHREVIEWER"
 RSS_TARGET_KIB = 8.0  # per parked long-poll (issue 13)
 FLOOR_FACTOR = 5.0  # decision → returned p99 ≤ 5 x the floor (issue 13)
+JITTER_SPREAD = 5.0  # a floor p99 over 5 x its p50 is noted as host jitter
 WAIT = 60  # the bot caps ?wait= at 60 s (BotContext.max_wait_seconds); agents re-poll
 RELEASE_WITHIN = 15.0  # after the agents close their sockets: how long to watch the gauge
 
@@ -630,10 +631,14 @@ def judge(r: dict[str, Any]) -> dict[str, Any]:
         lat = r["latency"]["checkouts"]["this"]
         for kind in ("cas", "click"):
             p99 = lat[kind]["p99_ms"]
+            p50 = lat[kind]["p50_ms"]
             out[f"{kind}_p99_vs_floor"] = {
                 "p99_ms": p99,
                 "floor_p99_ms": floor["p99_ms"],
                 "ratio": round(p99 / floor["p99_ms"], 1) if p99 and floor["p99_ms"] else None,
+                # For context, not judged: a floor whose p99 is many times its p50 is host
+                # jitter, and a ratio of p99s then says little.
+                "p50_ratio": round(p50 / floor["p50_ms"], 1) if p50 and floor["p50_ms"] else None,
                 "result": verdict(p99 is not None and p99 <= FLOOR_FACTOR * floor["p99_ms"]),
             }
     return out
@@ -723,6 +728,14 @@ def print_report(r: dict[str, Any]) -> None:
     for name, v in r["targets"].items():
         figures = {k: x for k, x in v.items() if k != "result"}
         print(f"  {name}: {json.dumps(figures)}  {v['result']}")
+    floor_ms = r.get("floor", {}).get("from_call", {})
+    if r.get("latency") and floor_ms.get("p50_ms") and floor_ms.get("p99_ms"):
+        spread = floor_ms["p99_ms"] / floor_ms["p50_ms"]
+        if spread > JITTER_SPREAD:
+            print(
+                f"  note: the floor's p99 is {spread:.0f} times its p50 (host jitter on this run): "
+                "the p99 ratios say little; compare p50_ratio, or run again on a quieter host"
+            )
     for m in [*r["memory"], *r.get("memory_other", [])]:
         for e in m["errors"]:
             print(f"  error at {m['parked']}: {e}")
