@@ -49,6 +49,19 @@ async def home_of(slack: SlackEmulator, user: str, *, showing: str = "", hiding:
     return slack.home_views[user]
 
 
+async def is_posted(slack: SlackEmulator, request_id: str) -> None:
+    """Until the request's channel message is in Slack (a loaded machine may take a while)."""
+
+    def posted() -> bool:
+        try:
+            posted_message(slack, request_id)
+        except AssertionError:
+            return False
+        return True
+
+    await eventually(posted, what=f"the message of {request_id}")
+
+
 async def test_home_tab_per_person_and_republished_after_a_decision(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
@@ -70,7 +83,9 @@ async def test_home_tab_per_person_and_republished_after_a_decision(
     assert "Waiting for you (1)" in carols and first not in carols
 
     # Alice approves from her Home tab: the same compare-and-set and checks; the channel
-    # message is redrawn and her tab shows it decided.
+    # message is redrawn and her tab shows it decided. (The tab lists the request before its
+    # message is posted; one decided before it is posted is never posted.)
+    await is_posted(slack, first)
     click = alice.home_click_payload(view, ids.APPROVE, first)
     assert await alice.send(bot, click) == 200
     req = await bot.ctx.waiter.wait(first, timeout=10)
@@ -138,6 +153,7 @@ async def test_slash_command_lists_shows_one_and_decides(
     one = json.loads(bob.last_body)
     assert one["response_type"] == "ephemeral" and "env" in json.dumps(one)
     # A click on the slash reply's Approve button decides it like the channel message's.
+    await is_posted(slack, rid)
     reply = {"ts": "1.000001", "blocks": one["blocks"]}
     assert await bob.click(bot, reply, CHANNEL, ids.APPROVE) == 200
     req = await bot.ctx.waiter.wait(rid, timeout=10)
