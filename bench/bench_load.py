@@ -40,6 +40,7 @@ from bench.common import (
     add_redis_arguments,
     delete_prefix,
     machine,
+    proc_status_kib,
     recv,
     run_against_redis,
     spawn,
@@ -291,11 +292,7 @@ async def bot_connections(admin: Any) -> int:
 
 def _rss_mib(pid: int) -> float:
     """VmRSS of process `pid`, MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+    return round(proc_status_kib("VmRSS", pid) / 1024, 1)
 
 
 def _wall(rows: Sequence[Sequence[Any]]) -> float:

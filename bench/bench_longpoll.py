@@ -46,6 +46,7 @@ from bench.common import (
     free_port,
     machine,
     pace,
+    proc_status_kib,
     run_against_redis,
     serve_env,
     server_name,
@@ -127,11 +128,7 @@ class BotProcess:
     consumer: str = ""
 
     def status(self, field: str) -> int:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-        raise RuntimeError(f"no {field} for the bot process")
+        return proc_status_kib(field, self.proc.pid)
 
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))

@@ -144,13 +144,18 @@ def summarize_ms(seconds: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def proc_status_kib(field: str, pid: int | str = "self") -> int:
+    """A KiB figure of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, …); this process by default."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{pid}/status (Linux only)")
+
+
 def rss_kib() -> int:
     """This process's resident set size in KiB (VmRSS in /proc/self/status)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status (Linux only)")
+    return proc_status_kib("VmRSS")
 
 
 def verdict(ok: bool) -> str:
