@@ -603,14 +603,8 @@ class Dispatcher:
         except NotFound:
             return
         if now.is_pending and now.escalations != posted_for:
-            note = blocks.escalated_note(shown, now.channel or "")
-            try:
-                await self.slack.call(
-                    copy.channel, "chat_update", channel=copy.channel, ts=copy.ts, message=note
-                )
+            if await self._draw_escalated(shown, copy, now.channel or ""):
                 log.info("late copy marked escalated id=%s ts=%s", shown.id, copy.ts)
-            except Permanent as e:
-                log.warning("could not retire a late copy id=%s error=%s", shown.id, e.error)
             now = await self.ctx.store.get(shown.id)
         if not now.is_pending:  # its outcome is drawn on every copy, this one too
             await self._update(now)
@@ -678,13 +672,25 @@ class Dispatcher:
         if not raw:
             return
         old = SlackMessage.model_validate_json(raw)
-        note = blocks.escalated_note(request, entry.fields.get("to") or "")
+        await self._draw_escalated(request, old, entry.fields.get("to") or "")
+
+    async def _draw_escalated(
+        self, request: ApprovalRequest, message: SlackMessage, to_channel: str
+    ) -> bool:
+        """Draw `message` as the note of a request that moved to `to_channel` (no buttons);
+        False if Slack refused it for good (logged). Other failures raise: the entry is
+        taken again."""
+        note = blocks.escalated_note(request, to_channel)
         try:
             await self.slack.call(
-                old.channel, "chat_update", channel=old.channel, ts=old.ts, message=note
+                message.channel, "chat_update", channel=message.channel, ts=message.ts, message=note
             )
         except Permanent as e:
-            log.warning("could not mark escalation id=%s error=%s", request.id, e.error)
+            log.warning(
+                "could not mark escalation id=%s ts=%s error=%s", request.id, message.ts, e.error
+            )
+            return False
+        return True
 
     async def _dm_reviewers(self, request: ApprovalRequest) -> None:
         route = self.ctx.service.policy.routes.get(request.route)
