@@ -16,7 +16,14 @@ from approvals.policy_file import parse_policy
 from approvals.store.store import ApprovalStore
 from bot import ids
 from bot.app import Bot
-from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, opened_view
+from tests.support.e2e import (
+    CHANNEL,
+    BotFactory,
+    Reviewer,
+    has_actions,
+    opened_view,
+    sweeper_held,
+)
 from tests.support.slack_emulator import SlackEmulator
 
 OPS = "C0OPS"
@@ -209,14 +216,11 @@ CHAIN: dict[str, Any] = {
 
 async def submit_posted_on_a(bot: Bot, slack: SlackEmulator) -> tuple[str, dict[str, Any]]:
     """A deploy request and its message on route a, the sweeper held until that message is
-    in Slack: on a loaded machine the post can take longer than route a's 0.5 s, and a
-    request that escalates before it is posted is posted on route b only (or, if the post
-    was under way, late: `test_a_post_that_lands_after_its_escalation_…`)."""
-    assert bot.sweeper is not None
-    await bot.sweeper.stop()
-    rid = (await submit(bot)).id
-    first = await posted_in(slack, CHANNEL, rid)
-    await bot.sweeper.start()
+    in Slack: a request that escalates before it is posted is posted on route b only (or,
+    if the post was under way, late: `test_a_post_that_lands_after_its_escalation_…`)."""
+    async with sweeper_held(bot):
+        rid = (await submit(bot)).id
+        first = await posted_in(slack, CHANNEL, rid)
     return rid, first
 
 
@@ -353,8 +357,9 @@ async def test_on_timeout_approve_approves_at_the_deadline(
     bot = await make_bot(policy(data))
     assert bot.ctx is not None
     # The caller asks for a longer deadline; the route's wins either way.
-    request = await submit(bot, config=ApprovalConfig(deadline_seconds=60))
-    message = await posted_in(slack, CHANNEL, request.id)
+    async with sweeper_held(bot):
+        request = await submit(bot, config=ApprovalConfig(deadline_seconds=60))
+        message = await posted_in(slack, CHANNEL, request.id)
     req = await bot.ctx.waiter.wait(request.id, timeout=15)
     assert req.status == "approved" and req.decision is not None
     assert (req.decision.via, req.decision.decided_by) == ("timeout", "timeout")

@@ -21,6 +21,7 @@ from tests.support.e2e import (
     has_actions,
     opened_view,
     posted_message,
+    sweeper_held,
 )
 from tests.support.slack_emulator import SlackEmulator
 
@@ -271,8 +272,9 @@ async def test_permanent_slack_error_ends_the_request_as_error(
 async def test_expiry_updates_the_message(make_bot: BotFactory, slack: SlackEmulator) -> None:
     bot = await make_bot()
     assert bot.ctx is not None
-    rid = await ask(bot, config=ApprovalConfig(deadline_seconds=0.5))
-    await posted(slack, rid)
+    async with sweeper_held(bot):
+        rid = await ask(bot, config=ApprovalConfig(deadline_seconds=0.5))
+        await posted(slack, rid)
     req = await bot.ctx.waiter.wait(rid, timeout=15)
     assert req.status == "expired"
     assert req.decision is not None and req.decision.reason == "approval timeout"

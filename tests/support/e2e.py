@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -342,3 +343,17 @@ async def opened_view(slack: SlackEmulator) -> dict[str, Any]:
 
 def has_actions(message: dict[str, Any]) -> bool:
     return any(b.get("type") == "actions" for b in message.get("blocks", []))
+
+
+@asynccontextmanager
+async def sweeper_held(bot: Bot) -> AsyncIterator[None]:
+    """Hold `bot`'s sweeper for the block: a test with a sub-second deadline that needs the
+    request's message posted first (on a loaded machine the post can take longer than the
+    deadline, and a request decided or escalated before it is posted is never posted on its
+    first route). The real sweeper still does the expiry once the block ends."""
+    assert bot.sweeper is not None
+    await bot.sweeper.stop()
+    try:
+        yield
+    finally:
+        await bot.sweeper.start()
