@@ -123,6 +123,7 @@ class Bot:
         self.policy = policy or policy_for(config)
         self.ctx: BotContext | None = None
         self.bolt: AsyncApp | None = None
+        self.listeners: listeners.Listeners | None = None
         self.web: web.Application | None = None
         self.runner: web.AppRunner | None = None
         self.dispatcher: Dispatcher | None = None
@@ -193,7 +194,7 @@ class Bot:
                 request_verification_enabled=not cfg.slack_app_token,
                 process_before_response=False,
             )
-            listeners.register(self.bolt, self.ctx)
+            self.listeners = listeners.register(self.bolt, self.ctx)
         # In Socket Mode, interactions arrive over the socket: the HTTP endpoint (which then
         # has no signing secret to check) must not accept any.
         self.web = build_web_app(self.ctx, None if cfg.slack_app_token else self.bolt)
@@ -281,6 +282,10 @@ class Bot:
                 steps.append((name, part.stop))
         if self.runner is not None:
             steps.append(("http", self.runner.cleanup))
+        if self.listeners is not None:
+            # After the socket and the HTTP server: no click comes in any more; before Redis
+            # and the Slack client close: the clicks already taken finish.
+            steps.append(("slack listeners", self.listeners.finish))
         if self.ctx is not None:
             steps += [("waiter", self.ctx.waiter.stop), ("redis", self.ctx.redis.aclose)]
         if self._waiter_redis is not None:

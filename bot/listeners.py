@@ -9,8 +9,10 @@ duplicate clicks get an ephemeral explanation and change nothing.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -36,24 +38,25 @@ Body = dict[str, Any]
 
 
 def register(app: AsyncApp, ctx: BotContext) -> Listeners:
-    """Attach every Slack entry point of the bot to `app`."""
+    """Attach every Slack entry point of the bot to `app`, each run `Listeners.tracked`."""
     listeners = Listeners(ctx)
-    app.action(ids.APPROVE)(listeners.on_approve)
-    app.action(ids.APPROVE_SESSION)(listeners.on_approve_session)
-    app.action(ids.APPROVE_SESSION_PREFIX)(listeners.on_approve_session)
-    app.action(ids.APPROVE_SESSION_TOOL)(listeners.on_approve_session)
-    app.action(ids.DENY)(listeners.on_deny_button)
-    app.action(ids.CHOOSE_PATTERN)(listeners.on_choose)
-    app.action(ids.CHOOSE_SELECT)(listeners.on_choose)
-    app.action(ids.RESPOND)(listeners.on_respond_button)
-    app.action(ids.EDIT)(listeners.on_edit_button)
-    app.action(ids.REVIEW)(listeners.on_review_button)
-    app.view(ids.DENY_MODAL)(listeners.on_deny_submit)
-    app.view(ids.INPUT_MODAL)(listeners.on_input_submit)
-    app.view(ids.EDIT_MODAL)(listeners.on_edit_submit)
-    app.view(ids.REVIEW_MODAL)(listeners.on_review_submit)
-    app.command(ids.SLASH_COMMAND)(listeners.on_slash)
-    app.event("app_home_opened")(listeners.on_home_opened)
+    track = listeners.tracked
+    app.action(ids.APPROVE)(track(listeners.on_approve))
+    app.action(ids.APPROVE_SESSION)(track(listeners.on_approve_session))
+    app.action(ids.APPROVE_SESSION_PREFIX)(track(listeners.on_approve_session))
+    app.action(ids.APPROVE_SESSION_TOOL)(track(listeners.on_approve_session))
+    app.action(ids.DENY)(track(listeners.on_deny_button))
+    app.action(ids.CHOOSE_PATTERN)(track(listeners.on_choose))
+    app.action(ids.CHOOSE_SELECT)(track(listeners.on_choose))
+    app.action(ids.RESPOND)(track(listeners.on_respond_button))
+    app.action(ids.EDIT)(track(listeners.on_edit_button))
+    app.action(ids.REVIEW)(track(listeners.on_review_button))
+    app.view(ids.DENY_MODAL)(track(listeners.on_deny_submit))
+    app.view(ids.INPUT_MODAL)(track(listeners.on_input_submit))
+    app.view(ids.EDIT_MODAL)(track(listeners.on_edit_submit))
+    app.view(ids.REVIEW_MODAL)(track(listeners.on_review_submit))
+    app.command(ids.SLASH_COMMAND)(track(listeners.on_slash))
+    app.event("app_home_opened")(track(listeners.on_home_opened))
     app.error(listeners.on_error)
     return listeners
 
@@ -81,6 +84,44 @@ class Listeners:
 
     def __init__(self, ctx: BotContext) -> None:
         self.ctx = ctx
+        #: Listener runs under way. slack-bolt (`process_before_response=False`) answers
+        #: Slack at `ack()` and runs the rest of a listener in a task of its own that nothing
+        #: awaits; `finish` lets `Bot.stop` wait for them before it closes Redis and the
+        #: Slack client under them.
+        self._running: set[asyncio.Task[Any]] = set()
+
+    def tracked(self, listener: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+        """`listener`, its runs counted in `_running` (bolt reads the arguments to pass from
+        the wrapped function's signature, which `functools.wraps` keeps)."""
+
+        @functools.wraps(listener)
+        async def run(*args: Any, **kwargs: Any) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._running.add(task)
+            try:
+                await listener(*args, **kwargs)
+            finally:
+                self._running.discard(task)
+
+        return run
+
+    @property
+    def running(self) -> int:
+        """Listener runs under way."""
+        return len(self._running)
+
+    async def finish(self) -> None:
+        """Wait for the listener runs under way (a click's decision, its ephemeral, a modal
+        being opened): a click Slack was told we took is carried out before the bot stops.
+        Whatever is still running when this is cancelled (`Bot.stop` bounds each step) is
+        cancelled with it, so nothing touches Redis after the bot closed it."""
+        try:
+            while self._running:
+                await asyncio.wait(set(self._running))
+        finally:
+            for task in list(self._running):
+                task.cancel()
 
     # -- buttons ---------------------------------------------------------------------
 

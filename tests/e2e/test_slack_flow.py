@@ -269,6 +269,27 @@ async def test_permanent_slack_error_ends_the_request_as_error(
     assert req.decision is not None and "not_in_channel" in (req.decision.reason or "")
 
 
+async def test_stop_finishes_the_clicks_already_taken(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    """slack-bolt answers Slack at `ack()` and runs the rest of a listener in a task nothing
+    awaits: `stop()` waits for it (here, a Deny click opening its modal, Slack slow to
+    answer), so no listener work outlives the Redis and Slack clients it closes."""
+    bot = await make_bot()
+    assert bot.listeners is not None
+    rid = await ask(bot)
+    _, message = await posted(slack, rid)
+    slack.answer_late_next("views.open", 1.0)
+    assert await reviewer("U0BOB").click(bot, message, CHANNEL, ids.DENY) == 200
+    await slack.wait_until(lambda: slack.arrived("views.open") == 1, 5, "views.open")
+    assert bot.listeners.running == 1, "the click's work goes on after its ack"
+    await bot.stop()
+    assert bot.listeners.running == 0
+    listener_tasks = [t for t in asyncio.all_tasks() if "run_ack_function" in repr(t.get_coro())]
+    assert listener_tasks == [], "no bolt listener task left running"
+    assert slack.calls_to("views.open", ok=True), "the modal was opened"
+
+
 async def test_expiry_updates_the_message(make_bot: BotFactory, slack: SlackEmulator) -> None:
     bot = await make_bot()
     assert bot.ctx is not None
