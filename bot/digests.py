@@ -8,7 +8,9 @@ replica) draws dirty digests that are due: under the digest's draw lock
 the digest's message the first time — ahead of the channel's queued posts (a
 priority wait on the channel's pace) and exactly once: an attempt that follows
 one whose outcome nobody saw adopts the copy it finds in the channel's history
-(metadata `approval_digest`) — and afterwards updates it with chat.update,
+(metadata `approval_digest`), retires every other copy it finds (recorded until
+retired), and reads the history once more later for a copy that lands after it
+(`DigestOptions.recheck`) — and afterwards updates it with chat.update,
 through the workspace-wide budget every chat.update shares (bot/slack_calls.py
 `UPDATE_PACE`; Slack's chat.update is a Tier 3 method, about 50 a minute), at
 most once per digest per `digest_interval`
@@ -24,11 +26,11 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from approvals.store.connection import cancel_and_wait
-from approvals.store.digests import Digest, Digests, placements
+from approvals.store.digests import Digest, Digests, Recheck, placements
 from approvals.store.outbox import Outbox
 from bot import copies, digest_blocks
 from bot.context import BotContext
@@ -52,6 +54,10 @@ class DigestOptions:
     interval: float = 1.0
     poll: float = 2.0
     backoff: float = 1.0
+    #: After posting (or adopting) a digest whose earlier attempt nobody saw the outcome of,
+    #: look in the channel's history once more this many seconds later: that attempt may
+    #: land after the look (Slack finishing a gone replica's call), a second live copy.
+    recheck: float = 60.0
 
 
 class DigestDrawer:
@@ -164,9 +170,15 @@ class DigestDrawer:
         drew: int | None = None
         announce: Digest | None = None  # posted now: tell the reviewers once the post is recorded
         next_in = o.interval
-        strays: list[SlackMessage] = []
+        # Second copies of the message to retire: those an earlier draw could not, and those
+        # found now. Each is recorded until it is retired, and retried on the next draw.
+        strays: list[str] = list(begin.strays)
+        recheck: Recheck | Literal["done"] | None = None
         try:
             if not ts and begin.earlier_at is not None:
+                # An earlier attempt may have landed, or may still land after this one: look
+                # now, and once more when it can no longer be under way (`recheck`).
+                recheck = Recheck(time.time() + o.recheck, begin.earlier_at)
                 found = await self._find(channel, digest_id, begin.earlier_at)
                 if found:
                     log.warning(
@@ -178,7 +190,7 @@ class DigestDrawer:
                     # oldest copy is the digest's message, every other one is retired below
                     # (its Review buttons would be a second live set for every row).
                     ts = posted = found[0].ts
-                    strays = found[1:]
+                    strays += [m.ts for m in found[1:] if m.ts not in strays]
             if not ts:
                 await self.slack.pace(channel).acquire(priority=True)
                 digest, message = await self._render(digest_id)
@@ -203,7 +215,7 @@ class DigestDrawer:
                     len(digest.rows),
                 )
                 announce = digest
-            else:
+            elif begin.version > begin.drawn or posted:
                 await self.slack.pace(UPDATE_PACE).acquire()
                 digest, message = await self._render(digest_id)
                 if digest is None:
@@ -216,6 +228,24 @@ class DigestDrawer:
                 except Permanent as e:
                     log.warning("could not update digest digest=%s error=%s", digest_id, e.error)
                 drew = digest.version
+            else:
+                drew = begin.drawn  # drawn already: here only for its copies
+            if begin.recheck is not None and begin.recheck.at <= time.time():
+                late = await self._find(channel, digest_id, begin.recheck.since)
+                strays += [m.ts for m in late if m.ts != ts and m.ts not in strays]
+                if late and len(late) > 1:
+                    log.warning(
+                        "a copy of a digest landed late digest=%s copies=%d", digest_id, len(late)
+                    )
+                recheck = "done"
+            kept = SlackMessage(channel=channel, ts=ts)
+            left = []
+            for stray in strays:
+                if not await self._retire(SlackMessage(channel=channel, ts=stray), kept):
+                    left.append(stray)
+            strays = left
+            if strays:
+                next_in = max(o.backoff, o.interval)
         except Exception as e:
             log.warning("digest draw owed, will retry digest=%s error=%s", digest_id, e)
             next_in = max(o.backoff, o.interval)
@@ -229,25 +259,26 @@ class DigestDrawer:
                     now=time.time(),
                     next_in=next_in,
                     holder=holder,
+                    strays=strays,
+                    recheck=recheck,
                 )
             )
-        for stray in strays:
-            await self._retire(stray, SlackMessage(channel=channel, ts=ts))
         if announce is not None:
             await self._dm_reviewers(announce, SlackMessage(channel=channel, ts=ts))
         if self.ctx.home is not None:
             self.ctx.home.changed()
 
-    async def _retire(self, stray: SlackMessage, kept: SlackMessage) -> None:
+    async def _retire(self, stray: SlackMessage, kept: SlackMessage) -> bool:
         """A second copy of a digest (an earlier attempt landed unseen): replace it with a
         pointer to the kept message, without buttons and without the digest metadata (so no
-        later search takes it for the digest)."""
-        link = await self.slack.permalink(kept)
-        text = "This list was posted twice; it continues in " + (
-            f"<{link}|the other message>" if link else "the other message of this list"
-        )
-        await self.slack.pace(UPDATE_PACE).acquire()
+        later search takes it for the digest). False: not done, try again later (Slack
+        unavailable); a copy Slack refuses to change (deleted, …) is done."""
         try:
+            link = await self.slack.permalink(kept)
+            text = "This list was posted twice; it continues in " + (
+                f"<{link}|the other message>" if link else "the other message of this list"
+            )
+            await self.slack.pace(UPDATE_PACE).acquire()
             await self.slack.call(
                 UPDATE_PACE,
                 "chat_update",
@@ -262,6 +293,12 @@ class DigestDrawer:
             log.warning("retired a second copy of a digest ts=%s kept=%s", stray.ts, kept.ts)
         except Permanent as e:
             log.warning("could not retire a digest copy ts=%s error=%s", stray.ts, e.error)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("digest copy not retired, will retry ts=%s error=%r", stray.ts, e)
+            return False
+        return True
 
     async def _render(self, digest_id: str) -> tuple[Digest | None, dict[str, Any]]:
         digest = await self.digests.get(digest_id)

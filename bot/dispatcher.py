@@ -86,6 +86,9 @@ class DispatcherOptions:
     update_burst: int = 3
     #: How often every replica looks for dirty digests nobody is drawing (a replica gone).
     digest_poll: float = 2.0
+    #: A digest posted or adopted after an attempt whose outcome nobody saw: its channel's
+    #: history is read once more this many seconds later, for a copy that landed late.
+    digest_recheck: float = 60.0
     #: A burst of agent API calls (creates, cancels): at least `api_burst` being answered at
     #: once. Entries then wait until none is, at most `api_first` seconds per burst (then they
     #: go, until the API has been idle once): the answers agents wait for come first, the
@@ -134,6 +137,7 @@ class Dispatcher:
             interval=o.digest_interval,
             poll=o.digest_poll,
             backoff=min(o.backoff_max, o.backoff_base * 2),
+            recheck=o.digest_recheck,
         )
         self.drawer = DigestDrawer(ctx, self.digests, self.slack, self.outbox, drawing)
         #: monotonic time this process last listed a request of a channel in a digest.

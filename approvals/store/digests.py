@@ -9,7 +9,9 @@ whose post would wait is listed instead as a row of the channel's open digest
 gets no message of its own (`begin_post.lua` answers `posted`). A digest is one
 hash (`Keys.digest`): the channel, its rows (`row:<i>` = `<request id> <round>`),
 a `version` bumped by every change of a row, the `drawn` version its Slack
-message shows, and the message (`ts`) once posted. `Keys.digest_dirty` holds
+message shows, and the message (`ts`) once posted; second copies of the message still to
+retire (`strays`) and a look for copies that may land late (`recheck`; `parked` while that
+look is all it is scheduled for). `Keys.digest_dirty` holds
 the digests whose message is behind, scored by when they may be drawn next; the
 bot draws them (bot/digests.py) under a per-digest lock (`digest_begin.lua`),
 records what it drew (`digest_drawn.lua`), and coalesces: at most one draw per
@@ -18,6 +20,7 @@ digest per interval. Scripts: approvals/store/lua/digest_*.lua.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Literal
@@ -66,9 +69,21 @@ class Digest:
 
 
 @dataclass(frozen=True)
+class Recheck:
+    """Look in the channel's history again at `at` (epoch s) for copies of the digest's
+    message posted since `since` that landed after it was posted or adopted (an attempt
+    whose outcome nobody saw can land late)."""
+
+    at: float
+    since: float
+
+
+@dataclass(frozen=True)
 class DrawBegin:
     """`go`: draw it (`ts` '' = not posted yet; `earlier_at` is an earlier post attempt whose
-    outcome nobody saw); `busy`: `holder` draws it; `gone`: it expired."""
+    outcome nobody saw; `drawn` the version its message shows; `strays` second copies of it
+    still to retire; `recheck` a look for late copies owed); `busy`: `holder` draws it;
+    `gone`: it expired."""
 
     state: Literal["go", "busy", "gone"]
     holder: str = ""
@@ -76,6 +91,9 @@ class DrawBegin:
     version: int = 0
     channel: str = ""
     earlier_at: float | None = None
+    drawn: int = 0
+    strays: tuple[str, ...] = ()
+    recheck: Recheck | None = None
 
 
 def placements(row: dict[str, str]) -> list[tuple[int, str]]:
@@ -215,13 +233,17 @@ class Digests:
             return DrawBegin("gone")
         if state == "busy":
             return DrawBegin("busy", holder=_text(result[1]))
-        earlier = _text(result[4])
+        earlier, strays, recheck = _text(result[4]), _text(result[6]), _text(result[7])
+        look = json.loads(recheck) if recheck else None
         return DrawBegin(
             "go",
             ts=_text(result[1]),
             version=int(_text(result[2])),
             channel=_text(result[3]),
             earlier_at=float(earlier) if earlier else None,
+            drawn=int(_text(result[5])),
+            strays=tuple(str(t) for t in json.loads(strays)) if strays else (),
+            recheck=Recheck(float(look["at"]), float(look["since"])) if look else None,
         )
 
     async def drawn(
@@ -233,9 +255,20 @@ class Digests:
         now: float,
         next_in: float,
         holder: str,
+        strays: list[str] | None = None,
+        recheck: Recheck | Literal["done"] | None = None,
     ) -> tuple[int, int]:
         """Record the draw of `version` (None: it failed; draw again in `next_in`) and the
-        message `ts` if it was posted now; frees the lock. Returns (version, drawn)."""
+        message `ts` if it was posted now; frees the lock. `strays`: the second copies of
+        the message still to retire (None: as recorded); while there are any, it is drawn
+        again in `next_in`. `recheck`: a look for late copies owed ("done": none owed any
+        more; None: as recorded); it is drawn again then. Returns (version, drawn)."""
+        if recheck == "done":
+            look = "-"
+        elif recheck is not None:
+            look = json.dumps({"at": recheck.at, "since": recheck.since})
+        else:
+            look = ""
         result = await self._scripts["digest_drawn"](
             keys=[self.keys.digest(digest_id), self.lock(digest_id), self.keys.digest_dirty],
             args=[
@@ -246,6 +279,8 @@ class Digests:
                 next_in,
                 holder,
                 self.ttl,
+                "" if strays is None else json.dumps(strays),
+                look,
             ],
         )
         return int(result[0]), int(result[1])

@@ -112,6 +112,12 @@ def digests_in(slack: SlackEmulator) -> list[dict[str, Any]]:
     ]
 
 
+def copies_of(slack: SlackEmulator, digest_id: str) -> list[dict[str, Any]]:
+    return [
+        m for m in digests_in(slack) if m["metadata"]["event_payload"]["digest_id"] == digest_id
+    ]
+
+
 def digest_of(slack: SlackEmulator, request_id: str) -> dict[str, Any]:
     for message in digests_in(slack):
         if request_id in json.dumps(message["blocks"]):
@@ -156,7 +162,9 @@ def first_in_a_digest(slack: SlackEmulator, rids: list[str]) -> str:
 
 
 async def settled(bot: Bot) -> None:
-    """Until no digest is dirty (its message shows its latest content)."""
+    """Until no digest is dirty (its message shows its latest content). A digest scheduled
+    only for its later look for late copies (`DispatcherOptions.digest_recheck`, a minute by
+    default) does not count."""
     assert bot.ctx is not None
     ctx = bot.ctx
 
@@ -168,7 +176,7 @@ async def settled(bot: Bot) -> None:
         (group,) = [g for g in groups if g["name"] == "bot"]
         if last and (group["last-delivered-id"] != last[0][0] or group["pending"]):
             return False
-        return not await ctx.redis.zcard(ctx.keys.digest_dirty)
+        return not await ctx.redis.zcount(ctx.keys.digest_dirty, "-inf", time.time() + 5)
 
     await eventually(clean, within=20, what="every digest drawn")
 
@@ -427,6 +435,96 @@ async def test_a_digest_that_landed_twice_unseen_keeps_one_live_copy(
         channel=CHANNEL, ts=kept["ts"]
     ), "the oldest copy is the digest's message"
     assert "posted twice" in slack.messages[(CHANNEL, stray_ts)]["text"]
+
+
+async def test_a_second_copy_slack_would_not_retire_at_once_is_retired_later(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """As above, but Slack fails every quick try of the retiring update (5xx): the copy is
+    recorded with the digest and retired by a later draw. Before, a retire that failed was
+    not tried again, and the copy kept a live Review button for every row."""
+    bot = await make_bot(dispatcher=storm_options())
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert bot.ctx is not None and bot.dispatcher is not None
+    kept = digests_in(slack)[0]
+    digest_id = kept["metadata"]["event_payload"]["digest_id"]
+    stray_ts = slack._next_ts()
+    slack.messages[(CHANNEL, stray_ts)] = {k: v for k, v in kept.items() if k != "edited"} | {
+        "ts": stray_ts
+    }
+    redis, keys = bot.ctx.redis, bot.ctx.keys
+    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
+    await redis.hset(
+        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 2})
+    )
+    tries = bot.dispatcher.options.max_attempts
+    slack.server_error_next("chat.update", times=tries, when={"ts": stray_ts})
+    await bot.dispatcher.digests.touch([digest_id], time.time())
+    bot.dispatcher.drawer.wake()
+    await eventually(
+        lambda: (
+            slack.messages[(CHANNEL, stray_ts)].get("metadata", {}).get("event_type")
+            != DIGEST_EVENT_TYPE
+        ),
+        within=10,
+        what="the second copy retired",
+    )
+    failed = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == stray_ts]
+    assert [c.status for c in failed] == [500] * tries + [200], "retired on a later draw"
+    await settled(bot)
+    assert await redis.hget(keys.digest(digest_id), "strays") is None, "none left to retire"
+    live = live_buttons(slack)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
+    assert "posted twice" in slack.messages[(CHANNEL, stray_ts)]["text"]
+
+
+async def test_a_copy_that_lands_after_the_digest_was_posted_again_is_retired(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """A replica's digest post whose answer nobody saw, still under way in Slack when the
+    digest is taken over: the channel's history shows no copy, so it is posted again; then
+    the first attempt lands. The drawer reads the history once more `digest_recheck` later
+    and retires the late copy: one live Review button per row."""
+    bot = await make_bot(dispatcher=storm_options(digest_recheck=0.5))
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert bot.ctx is not None and bot.dispatcher is not None
+    first = digests_in(slack)[0]
+    digest_id = first["metadata"]["event_payload"]["digest_id"]
+    # The first attempt has not landed yet: Slack's history does not show it.
+    late = slack.messages.pop((CHANNEL, first["ts"]))
+    redis, keys = bot.ctx.redis, bot.ctx.keys
+    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
+    await redis.hset(
+        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 1})
+    )
+    await bot.dispatcher.digests.touch([digest_id], time.time())
+    bot.dispatcher.drawer.wake()
+    again = await eventually(
+        lambda: next((m for m in copies_of(slack, digest_id) if m["ts"] != first["ts"]), None),
+        within=10,
+        what="the digest posted again",
+    )
+    slack.messages[(CHANNEL, first["ts"])] = late  # the first attempt lands now
+    assert live_buttons(slack)[row_rids(again)[0]] == 2
+    await eventually(
+        lambda: (
+            slack.messages[(CHANNEL, first["ts"])].get("metadata", {}).get("event_type")
+            != DIGEST_EVENT_TYPE
+        ),
+        within=10,
+        what="the late copy retired",
+    )
+    live = live_buttons(slack)
+    assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
+    assert await bot.dispatcher.digests.message(digest_id) == SlackMessage(
+        channel=CHANNEL, ts=again["ts"]
+    ), "the message posted again stays the digest's"
+    await settled(bot)
+    assert await redis.hget(keys.digest(digest_id), "recheck") is None, "looked once, done"
 
 
 def row_rids(message: dict[str, Any]) -> list[str]:

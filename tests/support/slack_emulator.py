@@ -72,6 +72,8 @@ class _Fault:
     kind: str
     value: Any
     times: int
+    #: Only calls whose body has these values (e.g. one message's `ts`); None: every call.
+    when: Mapping[str, Any] | None = None
 
 
 class _SlackError(Exception):
@@ -232,8 +234,12 @@ class SlackEmulator:
     def rate_limit_next(self, method: str, retry_after: int = 1, times: int = 1) -> None:
         self._faults.setdefault(method, deque()).append(_Fault("ratelimit", retry_after, times))
 
-    def server_error_next(self, method: str, status: int = 500, times: int = 1) -> None:
-        self._faults.setdefault(method, deque()).append(_Fault("server", status, times))
+    def server_error_next(
+        self, method: str, status: int = 500, times: int = 1, when: Mapping[str, Any] | None = None
+    ) -> None:
+        """The next `times` calls of `method` (those whose body has the values in `when`, if
+        given) answer HTTP `status` with an HTML page, doing nothing."""
+        self._faults.setdefault(method, deque()).append(_Fault("server", status, times, when))
 
     def slow_next(self, method: str, seconds: float, times: int = 1) -> None:
         """Take `seconds` before doing the work and answering (a client that gives up
@@ -387,7 +393,7 @@ class SlackEmulator:
             return 200, {"ok": False, "error": "invalid_auth"}, {}, 0.0
         if (token == self.app_token) != (method == "apps.connections.open"):
             return 200, {"ok": False, "error": "not_allowed_token_type"}, {}, 0.0
-        fault = self._take_fault(method)
+        fault = self._take_fault(method, body)
         late = float(fault.value) if fault is not None and fault.kind == "late" else 0.0
         if fault is not None and fault.kind == "server":
             return int(fault.value), None, {}, 0.0
@@ -410,14 +416,19 @@ class SlackEmulator:
         except _SlackError as e:
             return 200, {"ok": False, "error": e.error, **e.extra}, {}, late
 
-    def _take_fault(self, method: str) -> _Fault | None:
+    def _take_fault(self, method: str, body: Mapping[str, Any] | None = None) -> _Fault | None:
+        """The first fault queued for `method` that applies to a call with `body`, counted."""
         queue = self._faults.get(method)
         if not queue:
             return None
-        fault = queue[0]
+        for fault in queue:
+            if fault.when is None or all((body or {}).get(k) == v for k, v in fault.when.items()):
+                break
+        else:
+            return None
         fault.times -= 1
         if fault.times <= 0:
-            queue.popleft()
+            queue.remove(fault)
         return fault
 
     def _take_token(self, bucket: str, limit: tuple[float, float]) -> float:

@@ -46,7 +46,13 @@ local n = redis.call('HINCRBY', key, 'n', 1)
 redis.call('HSET', key, 'row:' .. n, ARGV[1] .. ' ' .. round)
 redis.call('HINCRBY', key, 'version', 1)
 redis.call('HSET', KEYS[1], 'digest:' .. round, id)
-redis.call('ZADD', KEYS[6], 'NX', now, id)
+if redis.call('HGET', key, 'parked') then
+  -- scheduled only for its later look for late copies (digest_drawn.lua): a row is due now
+  redis.call('HDEL', key, 'parked')
+  redis.call('ZADD', KEYS[6], now, id)
+else
+  redis.call('ZADD', KEYS[6], 'NX', now, id)
+end
 redis.call('EXPIRE', key, ttl)
 redis.call('EXPIRE', KEYS[3], ttl)
 redis.call('EXPIRE', KEYS[6], ttl)

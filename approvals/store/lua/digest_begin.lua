@@ -4,8 +4,11 @@
 -- ARGV[1] holder   ARGV[2] lock seconds   ARGV[3] now (epoch s)   ARGV[4] a holder known to
 -- be gone ('' for none)
 -- Returns {'gone'} | {'busy', holder}
---       | {'go', ts or '', version, channel, first earlier post attempt or ''}
-local d = redis.call('HMGET', KEYS[1], 'channel', 'ts', 'version', 'posting')
+--       | {'go', ts or '', version, channel, first earlier post attempt or '', drawn,
+--          second copies still to retire (JSON list of ts) or '',
+--          when to look for late copies again (JSON {at, since}) or ''}
+local d = redis.call('HMGET', KEYS[1], 'channel', 'ts', 'version', 'posting', 'drawn',
+  'strays', 'recheck')
 if not d[1] then return {'gone'} end
 local held = redis.call('GET', KEYS[2])
 if held and held ~= ARGV[1] and held ~= ARGV[4] then return {'busy', held} end
@@ -19,4 +22,4 @@ if not d[2] then
   end
   redis.call('HSET', KEYS[1], 'posting', cjson.encode({first = first, n = n + 1}))
 end
-return {'go', d[2] or '', d[3] or '0', d[1], earlier}
+return {'go', d[2] or '', d[3] or '0', d[1], earlier, d[5] or '0', d[6] or '', d[7] or ''}
