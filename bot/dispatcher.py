@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from approvals.errors import NotFound
 from approvals.models import ApprovalRequest, Decision, SlackMessage
@@ -399,11 +399,17 @@ class Dispatcher:
         if request.message is not None:
             log.info("already posted id=%s ts=%s", request.id, request.message.ts)
             # Taken again after a failure (or from a replica gone) between recording a late
-            # copy and retiring it: retire it now.
+            # copy and retiring it, or the message and its reviewers' DMs: finish that now.
+            if row is None:
+                key = self.ctx.keys.request(request.id)
+                row = cast(dict[str, str], await self.ctx.redis.hgetall(key))
             recorded, _ = await self.posting.history(request.id, row)
             for copy in recorded:
                 if copy.channel != request.message.channel:  # of another route: an earlier one
                     await self._retire_copy(request, copy, posted_for=None)
+            owed = self.posting.dms_owed(row, request.escalations)
+            if owed:
+                await self._dm_reviewers(request, owed)
             return
         channel = request.channel
         if not channel or channel == UNROUTED_CHANNEL:
@@ -432,7 +438,7 @@ class Dispatcher:
                 )
                 self.ctx.metrics.slack_posts.labels(how="adopted").inc()
                 for copy in found:
-                    await self._recorded(request, copy, posted=False)
+                    await self._recorded(request, copy)
                 return
         try:
             response = await self.slack.call(
@@ -462,7 +468,7 @@ class Dispatcher:
             request.route,
             request.principal or "-",
         )
-        await self._recorded(request, posted, posted=True)
+        await self._recorded(request, posted)
 
     def _storming(self, channel: str) -> bool:
         """Whether a post to `channel` now would wait too long behind the channel's pacing
@@ -576,10 +582,12 @@ class Dispatcher:
     async def _history_call(self, method: str, **kwargs: Any) -> Any:
         return await self.slack.call(kwargs["channel"], method, **kwargs)
 
-    async def _recorded(
-        self, request: ApprovalRequest, message: SlackMessage, *, posted: bool
-    ) -> None:
-        kind, status = await self.posting.record(request.id, request.escalations, message)
+    async def _recorded(self, request: ApprovalRequest, message: SlackMessage) -> None:
+        """Record a message posted or found for `request`; with it, its reviewers' DMs as
+        owed (sent here, and by whoever takes the entry over if this process dies first)."""
+        kind, status, owed = await self.posting.record(
+            request.id, request.escalations, message, await self._dm_users(request)
+        )
         if kind == "gone":
             return
         if kind == "copy":
@@ -589,8 +597,8 @@ class Dispatcher:
             await self._update(await self.ctx.store.get(request.id))
         elif kind == "copy":
             await self._retire_copy(request, message, posted_for=request.escalations)
-        elif kind == "message" and posted:
-            await self._dm_reviewers(request.model_copy(update={"message": message}))
+        elif owed:
+            await self._dm_reviewers(request.model_copy(update={"message": message}), owed)
 
     async def _retire_copy(
         self, shown: ApprovalRequest, copy: SlackMessage, *, posted_for: int | None
@@ -696,16 +704,25 @@ class Dispatcher:
             return False
         return True
 
-    async def _dm_reviewers(self, request: ApprovalRequest) -> None:
+    async def _dm_users(self, request: ApprovalRequest) -> list[str]:
+        """The reviewers to DM about the request's message (routes with `dm_reviewers`)."""
         route = self.ctx.service.policy.routes.get(request.route)
-        if route is None or not route.dm_reviewers or request.message is None:
+        if route is None or not route.dm_reviewers:
+            return []
+        return list(dict.fromkeys(await reviewer_users(request, self.ctx.service.membership)))
+
+    async def _dm_reviewers(self, request: ApprovalRequest, users: list[str]) -> None:
+        """DM each of `users` about the request's message, each marked sent once done (or
+        given up: a DM Slack refused, or whose outcome nobody saw, is not sent twice)."""
+        if request.message is None:
             return
         link = f"<#{request.message.channel}>"
         # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
         # prompt, which holds the arguments as the agent sent them.
         summary = blocks.request_message(request)["text"]
-        users = await reviewer_users(request, self.ctx.service.membership)
-        await self.slack.dm_each(users, f"Your review is needed in {link}. {summary}")
+        for user in users:
+            await self.slack.dm_each([user], f"Your review is needed in {link}. {summary}")
+            await self.posting.dm_sent(request.id, request.escalations, user)
 
     async def _fail(self, request: ApprovalRequest, reason: str) -> None:
         result = await self.ctx.store.resolve(request.id, Decision.error(reason, by="slack"))

@@ -13,6 +13,7 @@ Scripts: approvals/store/lua/begin_post.lua, approvals/store/lua/record_message.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,8 @@ from approvals.store.keys import Keys
 from approvals.store.store import load_script_source
 
 SCRIPT_NAMES = ("begin_post", "record_message")
+#: Prefix of a request hash's fields naming a reviewer still owed a DM: `dm:<round>:<user>`.
+DM_PREFIX = "dm:"
 
 BeginState = Literal["go", "gone", "closed", "moved", "posted", "busy"]
 
@@ -93,18 +96,38 @@ class Posting:
         raise RuntimeError(f"begin_post answered {result!r}")
 
     async def record(
-        self, request_id: str, escalations: int, message: SlackMessage
-    ) -> tuple[Literal["gone", "message", "copy"], str]:
+        self,
+        request_id: str,
+        escalations: int,
+        message: SlackMessage,
+        dms: Sequence[str] = (),
+    ) -> tuple[Literal["gone", "message", "copy"], str, list[str]]:
         """Record a message of the request and free its post lock. Returns whether it became
-        the request's message or an extra copy, and the request's status now."""
+        the request's message or an extra copy, the request's status now, and the reviewers
+        still owed a DM about the message: `dms` when this call recorded it, those not sent
+        yet (`dm_sent`) when it was recorded before."""
         result = await self._scripts["record_message"](
             keys=[self.keys.request(request_id), self.lock(request_id, escalations)],
-            args=[message.model_dump_json(), escalations],
+            args=[message.model_dump_json(), escalations, json.dumps(list(dms)) if dms else ""],
         )
         code = int(result[0])
         if code == 0:
-            return "gone", ""
-        return ("message" if code == 1 else "copy"), _text(result[1])
+            return "gone", "", []
+        if code == 2:
+            return "copy", _text(result[1]), []
+        return "message", _text(result[1]), [_text(u) for u in result[2]]
+
+    async def dm_sent(self, request_id: str, escalations: int, user: str) -> None:
+        """The DM to `user` about the request's message of that round is done (sent, or
+        given up): no replica sends it again."""
+        await self.redis.hdel(self.keys.request(request_id), f"{DM_PREFIX}{escalations}:{user}")
+
+    @staticmethod
+    def dms_owed(row: dict[str, str], escalations: int) -> list[str]:
+        """The reviewers still owed a DM about the message of round `escalations`, from the
+        request's hash."""
+        prefix = f"{DM_PREFIX}{escalations}:"
+        return [name[len(prefix) :] for name in row if name.startswith(prefix)]
 
     async def release(self, request_id: str, escalations: int) -> None:
         await self.redis.delete(self.lock(request_id, escalations))

@@ -20,6 +20,7 @@ from tests.support.e2e import (
     CHANNEL,
     BotFactory,
     Reviewer,
+    fast_dispatcher,
     has_actions,
     opened_view,
     sweeper_held,
@@ -567,6 +568,44 @@ async def test_reviewers_get_a_dm_when_the_route_says_so(
         assert dm.ok and f"<#{OPS}>" in dm.body["text"] and "page" in dm.body["text"]
     await asyncio.sleep(0.2)
     assert len(slack.calls_to("conversations.open")) == 3, "no DM for the quiet route"
+
+
+async def test_reviewer_dms_a_stopped_replica_still_owed_are_sent_by_the_next(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The message is recorded with its reviewers' DMs owed; a replica that stops before
+    sending them (here: stuck opening Alice's DM) leaves them to whoever takes its entry over,
+    which sends each one still owed, once. Before, they were never sent."""
+    data = {
+        "routes": {
+            "default": {"channel": CHANNEL, "reviewers": ["U0ALICE", "U0BOB"], "dm_reviewers": True}
+        }
+    }
+    slack.slow_next("conversations.open", 2.0)
+    first = await make_bot(policy(data), dispatcher=fast_dispatcher())
+    rid = (await submit(first)).id
+    await posted_in(slack, CHANNEL, rid)
+    await slack.wait_until(lambda: slack.arrived("conversations.open") == 1, 5, "Alice's DM")
+    await first.stop()  # mid-DM: neither DM was sent
+    second = await make_bot(policy(data), dispatcher=fast_dispatcher())
+    assert second.ctx is not None
+
+    def dms_to(user: str) -> list[Any]:
+        channels = {
+            str(c.response["channel"]["id"])
+            for c in slack.calls_to("conversations.open", ok=True)
+            if c.response and c.body["users"] == user
+        }
+        return [
+            c for c in slack.calls_to("chat.postMessage", ok=True) if c.body["channel"] in channels
+        ]
+
+    await slack.wait_until(lambda: dms_to("U0ALICE") and dms_to("U0BOB"), 15, "both DMs")
+    await asyncio.sleep(0.3)
+    assert (len(dms_to("U0ALICE")), len(dms_to("U0BOB"))) == (1, 1), "one DM each"
+    assert posts_for(slack, rid) == [CHANNEL], "the request itself was posted once"
+    row = await second.ctx.redis.hgetall(second.ctx.keys.request(rid))
+    assert not [name for name in row if name.startswith("dm:")], "none owed any more"
 
 
 # -- reload -------------------------------------------------------------------------------------

@@ -55,11 +55,11 @@ async def test_record_keeps_the_first_copy_as_the_message_and_the_rest_as_copies
     rid = await make(store)
     await posting.begin(rid, 0, "C1", holder="a 1", lock_seconds=60, now=1.0)
     one, two = SlackMessage(channel="C1", ts="1.1"), SlackMessage(channel="C1", ts="1.2")
-    assert await posting.record(rid, 0, one) == ("message", "pending")
+    assert await posting.record(rid, 0, one) == ("message", "pending", [])
     assert not await redis.exists(posting.lock(rid, 0)), "the lock is freed once recorded"
-    assert await posting.record(rid, 0, one) == ("message", "pending"), "adopting twice"
-    assert await posting.record(rid, 0, two) == ("copy", "pending")
-    assert await posting.record(rid, 0, two) == ("copy", "pending")
+    assert await posting.record(rid, 0, one) == ("message", "pending", []), "adopting twice"
+    assert await posting.record(rid, 0, two) == ("copy", "pending", [])
+    assert await posting.record(rid, 0, two) == ("copy", "pending", [])
     assert (await store.get(rid)).message == one
     copies, _ = await posting.history(rid)
     assert copies == [two]
@@ -74,7 +74,30 @@ async def test_record_keeps_the_first_copy_as_the_message_and_the_rest_as_copies
     assert await posting.record(rid, 0, SlackMessage(channel="C1", ts="1.3")) == (
         "copy",
         "approved",
+        [],
     )
+
+
+async def test_the_message_is_recorded_with_its_reviewers_dms_owed_until_each_is_sent(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    posting = Posting(redis, keys)
+    rid = await make(store)
+    one = SlackMessage(channel="C1", ts="1.1")
+    await posting.begin(rid, 0, "C1", holder="a 1", lock_seconds=60, now=1.0)
+    assert await posting.record(rid, 0, one, ["U1", "U2"]) == ("message", "pending", ["U1", "U2"])
+    await posting.dm_sent(rid, 0, "U1")
+    # Recorded again (a replica taking the entry over adopts the same message): only the DMs
+    # not sent yet, and the list given now does not add any.
+    assert await posting.record(rid, 0, one, ["U1", "U2", "U3"]) == ("message", "pending", ["U2"])
+    row = await redis.hgetall(keys.request(rid))
+    assert Posting.dms_owed(row, 0) == ["U2"] and Posting.dms_owed(row, 1) == []
+    await posting.dm_sent(rid, 0, "U2")
+    assert await posting.record(rid, 0, one) == ("message", "pending", [])
+    # A copy owes no DMs.
+    two = SlackMessage(channel="C1", ts="1.2")
+    assert await posting.record(rid, 0, two, ["U9"]) == ("copy", "pending", [])
+    assert Posting.dms_owed(await redis.hgetall(keys.request(rid)), 0) == []
 
 
 async def test_a_post_for_an_earlier_route_round_is_a_copy_and_gone_requests_stay_gone(
@@ -89,12 +112,17 @@ async def test_a_post_for_an_earlier_route_round_is_a_copy_and_gone_requests_sta
     assert await posting.record(rid, 0, SlackMessage(channel="C1", ts="1.1")) == (
         "copy",
         "pending",
+        [],
     )
     assert (await store.get(rid)).message is None
     assert (
         await posting.begin("apr_missing", 0, "C1", holder="a", lock_seconds=60, now=1.0)
     ).state == "gone"
-    assert await posting.record("apr_missing", 0, SlackMessage(channel="C", ts="1")) == ("gone", "")
+    assert await posting.record("apr_missing", 0, SlackMessage(channel="C", ts="1")) == (
+        "gone",
+        "",
+        [],
+    )
     assert not await redis.exists(keys.request("apr_missing")), "never resurrected"
 
 
