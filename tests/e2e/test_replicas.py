@@ -189,8 +189,10 @@ async def test_decision_landing_as_the_post_is_recorded_updates_the_message_once
     posting = bot.dispatcher.posting
     record = posting.record
 
-    async def record_then_decide(request_id: str, escalations: int, message: Any) -> Any:
-        written = await record(request_id, escalations, message)
+    async def record_then_decide(
+        request_id: str, escalations: int, message: Any, *more: Any
+    ) -> Any:
+        written = await record(request_id, escalations, message, *more)
         # A decision arrives right after the ts is recorded, before the dispatcher re-reads.
         await ctx.service.decide(request_id, "approve", Actor("cli:ops", via="cli"))
         await asyncio.sleep(0.3)  # the decision's own update entry is handled meanwhile
