@@ -705,11 +705,13 @@ class Dispatcher:
         return True
 
     async def _dm_users(self, request: ApprovalRequest) -> list[str]:
-        """The reviewers to DM about the request's message (routes with `dm_reviewers`)."""
+        """The reviewers to DM about the request's message (routes with `dm_reviewers`), not
+        its requester, who may not decide it (as a digest's DMs)."""
         route = self.ctx.service.policy.routes.get(request.route)
         if route is None or not route.dm_reviewers:
             return []
-        return list(dict.fromkeys(await reviewer_users(request, self.ctx.service.membership)))
+        users = await reviewer_users(request, self.ctx.service.membership)
+        return [u for u in dict.fromkeys(users) if u != request.requester]
 
     async def _dm_reviewers(self, request: ApprovalRequest, users: list[str]) -> None:
         """DM each of `users` about the request's message, each marked sent once done (or

@@ -545,11 +545,12 @@ async def test_reviewers_get_a_dm_when_the_route_says_so(
         },
         "rules": [{"name": "pager", "action": "ask", "route": "paged", "match": {"tool": "page"}}],
     }
-    slack.add_usergroup("S0ONCALL", ["U0BOB", "U0CAROL"])  # Bob is listed twice: one DM
+    # Bob is listed twice: one DM. Dave asks: he is on call, but may not decide his own request.
+    slack.add_usergroup("S0ONCALL", ["U0BOB", "U0CAROL", "U0DAVE"])
     bot = await make_bot(policy(data))
     quiet = await submit(bot, "deploy")
     await posted_in(slack, CHANNEL, quiet.id)
-    paged = await submit(bot, "page", arguments={"who": "oncall"})
+    paged = await submit(bot, "page", arguments={"who": "oncall"}, requester="U0DAVE")
     await posted_in(slack, OPS, paged.id)
     opened = await slack.wait_for("conversations.open", 3)
     assert sorted(c.body["users"] for c in opened) == ["U0ALICE", "U0BOB", "U0CAROL"]
