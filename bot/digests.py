@@ -168,7 +168,9 @@ class DigestDrawer:
             return
         channel, ts, posted = begin.channel, begin.ts, ""
         drew: int | None = None
-        announce: Digest | None = None  # posted now: tell the reviewers once the post is recorded
+        # The reviewers to DM about the message posted or adopted now: recorded as owed with
+        # it, sent by the next draw (under the draw lock, so by one replica, once each).
+        dms: list[str] = []
         next_in = o.interval
         # Second copies of the message to retire: those an earlier draw could not, and those
         # found now. Each is recorded until it is retired, and retried on the next draw.
@@ -196,6 +198,7 @@ class DigestDrawer:
                 digest, message = await self._render(digest_id)
                 if digest is None:
                     return
+                dms = await self._dm_users(digest)
                 try:
                     answer = await self.slack.call(
                         channel, "chat_postMessage", channel=channel, once=True, **message
@@ -214,12 +217,13 @@ class DigestDrawer:
                     ts,
                     len(digest.rows),
                 )
-                announce = digest
             elif begin.version > begin.drawn or posted:
                 await self.slack.pace(UPDATE_PACE).acquire()
                 digest, message = await self._render(digest_id)
                 if digest is None:
                     return
+                if posted:  # adopted: nobody has told its reviewers yet
+                    dms = await self._dm_users(digest)
                 try:
                     await self.slack.call(  # the token was taken before the render
                         UPDATE_PACE, "chat_update", paced=False, channel=channel, ts=ts, **message
@@ -246,6 +250,8 @@ class DigestDrawer:
             strays = left
             if strays:
                 next_in = max(o.backoff, o.interval)
+            if begin.dms:
+                await self._dm_reviewers(digest_id, begin.dms, channel)
         except Exception as e:
             log.warning("digest draw owed, will retry digest=%s error=%s", digest_id, e)
             next_in = max(o.backoff, o.interval)
@@ -261,10 +267,9 @@ class DigestDrawer:
                     holder=holder,
                     strays=strays,
                     recheck=recheck,
+                    dms=dms,
                 )
             )
-        if announce is not None:
-            await self._dm_reviewers(announce, SlackMessage(channel=channel, ts=ts))
         if self.ctx.home is not None:
             self.ctx.home.changed()
 
@@ -336,8 +341,9 @@ class DigestDrawer:
             )
             log.error("request failed id=%s reason=%s won=%s", row.request_id, reason, result.won)
 
-    async def _dm_reviewers(self, digest: Digest, where: SlackMessage) -> None:
-        """Routes with `dm_reviewers`: each of their reviewers gets one DM per digest."""
+    async def _dm_users(self, digest: Digest) -> list[str]:
+        """Routes with `dm_reviewers`: each of their reviewers gets one DM per digest (not
+        the requester of a row, who may not decide it)."""
         requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
         routes = self.ctx.service.policy.routes
         users: list[str] = []
@@ -347,11 +353,18 @@ class DigestDrawer:
                 continue
             reviewers = await reviewer_users(request, self.ctx.service.membership)
             users += [u for u in reviewers if u != request.requester]
-        await self.slack.dm_each(
-            users,
-            f"Your review is needed in <#{where.channel}>: many approval requests arrived at "
-            "once and are listed in one message there.",
+        return list(dict.fromkeys(users))
+
+    async def _dm_reviewers(self, digest_id: str, users: tuple[str, ...], channel: str) -> None:
+        """DM each of `users` (owed since the digest was posted), each marked sent once done
+        (or given up: a DM Slack refused, or whose outcome nobody saw, is not sent twice)."""
+        text = (
+            f"Your review is needed in <#{channel}>: many approval requests arrived at once "
+            "and are listed in one message there."
         )
+        for user in users:
+            await self.slack.dm_each([user], text)
+            await self.digests.dm_sent(digest_id, user)
 
 
 async def place(ctx: BotContext, request: ApprovalRequest) -> SlackMessage | None:

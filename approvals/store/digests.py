@@ -10,10 +10,10 @@ gets no message of its own (`begin_post.lua` answers `posted`). A digest is one
 hash (`Keys.digest`): the channel, its rows (`row:<i>` = `<request id> <round>`),
 a `version` bumped by every change of a row, the `drawn` version its Slack
 message shows, and the message (`ts`) once posted; second copies of the message still to
-retire (`strays`) and a look for copies that may land late (`recheck`; `parked` while that
-look is all it is scheduled for). `Keys.digest_dirty` holds
-the digests whose message is behind, scored by when they may be drawn next; the
-bot draws them (bot/digests.py) under a per-digest lock (`digest_begin.lua`),
+retire (`strays`), a look for copies that may land late (`recheck`; `parked` while that
+look is all it is scheduled for) and the reviewers still owed a DM about it (`dm:<user>`).
+`Keys.digest_dirty` holds the digests whose message is behind, scored by when they may be
+drawn next; the bot draws them (bot/digests.py) under a per-digest lock (`digest_begin.lua`),
 records what it drew (`digest_drawn.lua`), and coalesces: at most one draw per
 digest per interval. Scripts: approvals/store/lua/digest_*.lua.
 """
@@ -82,8 +82,8 @@ class Recheck:
 class DrawBegin:
     """`go`: draw it (`ts` '' = not posted yet; `earlier_at` is an earlier post attempt whose
     outcome nobody saw; `drawn` the version its message shows; `strays` second copies of it
-    still to retire; `recheck` a look for late copies owed); `busy`: `holder` draws it;
-    `gone`: it expired."""
+    still to retire; `recheck` a look for late copies owed; `dms` reviewers still owed a DM
+    about it); `busy`: `holder` draws it; `gone`: it expired."""
 
     state: Literal["go", "busy", "gone"]
     holder: str = ""
@@ -94,6 +94,7 @@ class DrawBegin:
     drawn: int = 0
     strays: tuple[str, ...] = ()
     recheck: Recheck | None = None
+    dms: tuple[str, ...] = ()
 
 
 def placements(row: dict[str, str]) -> list[tuple[int, str]]:
@@ -244,6 +245,7 @@ class Digests:
             drawn=int(_text(result[5])),
             strays=tuple(str(t) for t in json.loads(strays)) if strays else (),
             recheck=Recheck(float(look["at"]), float(look["since"])) if look else None,
+            dms=tuple(_text(u) for u in result[8]),
         )
 
     async def drawn(
@@ -257,12 +259,15 @@ class Digests:
         holder: str,
         strays: list[str] | None = None,
         recheck: Recheck | Literal["done"] | None = None,
+        dms: list[str] | None = None,
     ) -> tuple[int, int]:
         """Record the draw of `version` (None: it failed; draw again in `next_in`) and the
         message `ts` if it was posted now; frees the lock. `strays`: the second copies of
         the message still to retire (None: as recorded); while there are any, it is drawn
         again in `next_in`. `recheck`: a look for late copies owed ("done": none owed any
-        more; None: as recorded); it is drawn again then. Returns (version, drawn)."""
+        more; None: as recorded); it is drawn again then. `dms`: the reviewers to DM about
+        the message `ts` posted (or adopted) now, recorded as owed with it and sent by the
+        next draw (`DrawBegin.dms`, `dm_sent`). Returns (version, drawn)."""
         if recheck == "done":
             look = "-"
         elif recheck is not None:
@@ -281,9 +286,14 @@ class Digests:
                 self.ttl,
                 "" if strays is None else json.dumps(strays),
                 look,
+                json.dumps(dms) if dms else "",
             ],
         )
         return int(result[0]), int(result[1])
+
+    async def dm_sent(self, digest_id: str, user: str) -> None:
+        """The DM to `user` about the digest's message is done (sent, or given up)."""
+        await self.redis.hdel(self.keys.digest(digest_id), f"dm:{user}")
 
 
 def _text(value: object) -> str:

@@ -707,6 +707,48 @@ async def test_reviewers_are_told_once_per_digest_not_once_per_request(
     assert digest_blocks.waiting_rows(digest)
 
 
+async def test_digest_dms_a_stopped_replica_still_owed_are_sent_by_the_next(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The digest's reviewers are recorded as owed a DM with its message and told by the next
+    draw; a replica that stops first (Slack slow to open each DM) leaves them to the replica
+    that takes the digest over: each reviewer is told once. Before, they were told after the
+    draw, and a replica stopping then told nobody."""
+    for user in ("U0ALICE", "U0BOB", "U0CAROL"):
+        slack.add_user(user)
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    slack.set_latency(1.0, "conversations.open")
+    first = await make_bot(policy(dm_reviewers=True), dispatcher=storm_options(digest_rows=45))
+    rids = await storm(first, 15)
+    await eventually(lambda: digests_in(slack), within=20, what="the digest posted")
+    await first.stop()
+    slack.set_latency(0.0, "conversations.open")
+
+    def told() -> list[Any]:
+        return [
+            c
+            for c in slack.calls_to("chat.postMessage", ok=True)
+            if c.body["channel"] != CHANNEL and "listed in one message there" in c.body["text"]
+        ]
+
+    second = await make_bot(policy(dm_reviewers=True), dispatcher=storm_options(digest_rows=45))
+    await eventually(lambda: len(told()) >= 3, within=20, what="every reviewer told")
+    await settled(second)
+    await asyncio.sleep(0.3)
+    assert len(told()) == 3, "each reviewer told once"
+    opened = {
+        str(c.response["channel"]["id"]): c.body["users"]
+        for c in slack.calls_to("conversations.open", ok=True)
+        if c.response
+    }
+    assert sorted(opened[c.body["channel"]] for c in told()) == ["U0ALICE", "U0BOB", "U0CAROL"]
+    assert second.ctx is not None
+    (digest,) = digests_in(slack)
+    key = second.ctx.keys.digest(digest["metadata"]["event_payload"]["digest_id"])
+    assert not [f for f in await second.ctx.redis.hkeys(key) if f.startswith("dm:")]
+    assert rids
+
+
 async def test_a_digest_slack_refuses_ends_its_requests_as_errors(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:

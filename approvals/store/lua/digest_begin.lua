@@ -6,7 +6,8 @@
 -- Returns {'gone'} | {'busy', holder}
 --       | {'go', ts or '', version, channel, first earlier post attempt or '', drawn,
 --          second copies still to retire (JSON list of ts) or '',
---          when to look for late copies again (JSON {at, since}) or ''}
+--          when to look for late copies again (JSON {at, since}) or '',
+--          reviewers still owed a DM about the message (list of user ids)}
 local d = redis.call('HMGET', KEYS[1], 'channel', 'ts', 'version', 'posting', 'drawn',
   'strays', 'recheck')
 if not d[1] then return {'gone'} end
@@ -22,4 +23,10 @@ if not d[2] then
   end
   redis.call('HSET', KEYS[1], 'posting', cjson.encode({first = first, n = n + 1}))
 end
-return {'go', d[2] or '', d[3] or '0', d[1], earlier, d[5] or '0', d[6] or '', d[7] or ''}
+local owed = {}
+if d[2] then
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 3) == 'dm:' then table.insert(owed, string.sub(field, 4)) end
+  end
+end
+return {'go', d[2] or '', d[3] or '0', d[1], earlier, d[5] or '0', d[6] or '', d[7] or '', owed}

@@ -11,6 +11,9 @@
 -- ('' when not posted now)   ARGV[4] now (epoch s)   ARGV[5] seconds until the next draw may
 -- happen   ARGV[6] holder   ARGV[7] TTL (s)   ARGV[8] second copies to retire (JSON list;
 -- '' leaves them as they are)   ARGV[9] recheck (JSON {at, since}; '' leaves it, '-' clears)
+-- ARGV[10] reviewers to DM about the message (JSON list; '' for none): recorded as owed
+-- (`dm:<user>`) with the message when this call records it, and sent by the next draw, under
+-- the draw lock (`Digests.dm_sent` deletes each once sent), scheduled `ARGV[5]` later
 -- Returns {version now, drawn now}.
 if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -18,8 +21,15 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0, 0}
 end
 local now = tonumber(ARGV[4])
+local dms = false
 if ARGV[3] ~= '' and not redis.call('HGET', KEYS[1], 'ts') then
   redis.call('HSET', KEYS[1], 'ts', ARGV[3], 'posted_at', ARGV[4])
+  if ARGV[10] ~= '' then
+    for _, user in ipairs(cjson.decode(ARGV[10])) do
+      redis.call('HSET', KEYS[1], 'dm:' .. user, 1)
+      dms = true
+    end
+  end
 end
 if ARGV[8] == '[]' then
   redis.call('HDEL', KEYS[1], 'strays')
@@ -42,7 +52,7 @@ else
     drawn = tonumber(ARGV[2])
     redis.call('HSET', KEYS[1], 'drawn', drawn)
   end
-  if version > drawn or d[3] then at = now + tonumber(ARGV[5]) end
+  if version > drawn or d[3] or dms then at = now + tonumber(ARGV[5]) end
   if d[4] then
     local recheck = math.max(tonumber(cjson.decode(d[4]).at), now + tonumber(ARGV[5]))
     if not at or recheck < at then
