@@ -392,6 +392,56 @@ async def test_a_restart_mid_storm_neither_doubles_a_digest_nor_loses_a_row(
     assert all(r.is_pending for r in found.values())
 
 
+async def storm_with_a_digest(
+    make_bot: BotFactory, slack: SlackEmulator, **options: Any
+) -> tuple[Bot, list[str], dict[str, Any], str]:
+    """A bot (`storm_options(**options)`) after a storm of 15, settled: the bot, the requests,
+    the first digest message and its digest id."""
+    bot = await make_bot(dispatcher=storm_options(**options))
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    first = digests_in(slack)[0]
+    return bot, rids, first, str(first["metadata"]["event_payload"]["digest_id"])
+
+
+async def unseen_earlier_attempt(bot: Bot, digest_id: str, attempts: int) -> None:
+    """Redis as a crash leaves it: `attempts` posts of the digest counted, none recorded (nobody
+    saw an answer)."""
+    assert bot.ctx is not None and bot.dispatcher is not None
+    redis, keys = bot.ctx.redis, bot.ctx.keys
+    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
+    await redis.hset(
+        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": attempts})
+    )
+
+
+async def redraw(bot: Bot, digest_id: str) -> None:
+    assert bot.dispatcher is not None
+    await bot.dispatcher.digests.touch([digest_id], time.time())
+    bot.dispatcher.drawer.wake()
+
+
+def second_copy(slack: SlackEmulator, kept: dict[str, Any]) -> str:
+    """A second copy of the digest message `kept` lands in the channel; its ts."""
+    stray_ts = slack._next_ts()
+    slack.messages[(CHANNEL, stray_ts)] = {k: v for k, v in kept.items() if k != "edited"} | {
+        "ts": stray_ts
+    }
+    return stray_ts
+
+
+async def retired(slack: SlackEmulator, ts: str, what: str) -> None:
+    """Until the digest copy `ts` is no digest any more (retired: a pointer, no buttons)."""
+    await eventually(
+        lambda: (
+            slack.messages[(CHANNEL, ts)].get("metadata", {}).get("event_type") != DIGEST_EVENT_TYPE
+        ),
+        within=10,
+        what=what,
+    )
+
+
 async def test_a_digest_that_landed_twice_unseen_keeps_one_live_copy(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
@@ -400,35 +450,15 @@ async def test_a_digest_that_landed_twice_unseen_keeps_one_live_copy(
     gone replica's post). The replica that takes the digest over adopts the oldest copy and
     retires every other one; a second copy left as it was showed a second live Review button
     for each of its rows."""
-    bot = await make_bot(dispatcher=storm_options())
-    rids = await storm(bot, 15)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids, kept, digest_id = await storm_with_a_digest(make_bot, slack)
     assert bot.ctx is not None and bot.dispatcher is not None
-    kept = digests_in(slack)[0]
-    digest_id = kept["metadata"]["event_payload"]["digest_id"]
     # The second, unseen copy lands after the first; Redis knows of neither answer.
-    stray_ts = slack._next_ts()
-    slack.messages[(CHANNEL, stray_ts)] = {k: v for k, v in kept.items() if k != "edited"} | {
-        "ts": stray_ts
-    }
-    redis, keys = bot.ctx.redis, bot.ctx.keys
-    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
-    await redis.hset(
-        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 2})
-    )
+    stray_ts = second_copy(slack, kept)
+    await unseen_earlier_attempt(bot, digest_id, 2)
     assert live_buttons(slack)[row_rids(kept)[0]] == 2  # the state the soak left
-    await bot.dispatcher.digests.touch([digest_id], time.time())
-    bot.dispatcher.drawer.wake()
+    await redraw(bot, digest_id)
     await settled(bot)
-    await eventually(
-        lambda: (
-            slack.messages[(CHANNEL, stray_ts)].get("metadata", {}).get("event_type")
-            != DIGEST_EVENT_TYPE
-        ),
-        within=10,
-        what="the second copy retired",
-    )
+    await retired(slack, stray_ts, "the second copy retired")
     live = live_buttons(slack)
     assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
     assert await bot.dispatcher.digests.message(digest_id) == SlackMessage(
@@ -443,37 +473,18 @@ async def test_a_second_copy_slack_would_not_retire_at_once_is_retired_later(
     """As above, but Slack fails every quick try of the retiring update (5xx): the copy is
     recorded with the digest and retired by a later draw. Before, a retire that failed was
     not tried again, and the copy kept a live Review button for every row."""
-    bot = await make_bot(dispatcher=storm_options())
-    rids = await storm(bot, 15)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids, kept, digest_id = await storm_with_a_digest(make_bot, slack)
     assert bot.ctx is not None and bot.dispatcher is not None
-    kept = digests_in(slack)[0]
-    digest_id = kept["metadata"]["event_payload"]["digest_id"]
-    stray_ts = slack._next_ts()
-    slack.messages[(CHANNEL, stray_ts)] = {k: v for k, v in kept.items() if k != "edited"} | {
-        "ts": stray_ts
-    }
-    redis, keys = bot.ctx.redis, bot.ctx.keys
-    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
-    await redis.hset(
-        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 2})
-    )
+    stray_ts = second_copy(slack, kept)
+    await unseen_earlier_attempt(bot, digest_id, 2)
     tries = bot.dispatcher.options.max_attempts
     slack.server_error_next("chat.update", times=tries, when={"ts": stray_ts})
-    await bot.dispatcher.digests.touch([digest_id], time.time())
-    bot.dispatcher.drawer.wake()
-    await eventually(
-        lambda: (
-            slack.messages[(CHANNEL, stray_ts)].get("metadata", {}).get("event_type")
-            != DIGEST_EVENT_TYPE
-        ),
-        within=10,
-        what="the second copy retired",
-    )
+    await redraw(bot, digest_id)
+    await retired(slack, stray_ts, "the second copy retired")
     failed = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == stray_ts]
     assert [c.status for c in failed] == [500] * tries + [200], "retired on a later draw"
     await settled(bot)
+    redis, keys = bot.ctx.redis, bot.ctx.keys
     assert await redis.hget(keys.digest(digest_id), "strays") is None, "none left to retire"
     live = live_buttons(slack)
     assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
@@ -487,22 +498,12 @@ async def test_a_copy_that_lands_after_the_digest_was_posted_again_is_retired(
     digest is taken over: the channel's history shows no copy, so it is posted again; then
     the first attempt lands. The drawer reads the history once more `digest_recheck` later
     and retires the late copy: one live Review button per row."""
-    bot = await make_bot(dispatcher=storm_options(digest_recheck=0.5))
-    rids = await storm(bot, 15)
-    await everyone_placed(slack, rids)
-    await settled(bot)
+    bot, rids, first, digest_id = await storm_with_a_digest(make_bot, slack, digest_recheck=0.5)
     assert bot.ctx is not None and bot.dispatcher is not None
-    first = digests_in(slack)[0]
-    digest_id = first["metadata"]["event_payload"]["digest_id"]
     # The first attempt has not landed yet: Slack's history does not show it.
     late = slack.messages.pop((CHANNEL, first["ts"]))
-    redis, keys = bot.ctx.redis, bot.ctx.keys
-    await redis.hdel(keys.digest(digest_id), "ts", "posted_at")
-    await redis.hset(
-        keys.digest(digest_id), "posting", json.dumps({"first": time.time() - 60, "n": 1})
-    )
-    await bot.dispatcher.digests.touch([digest_id], time.time())
-    bot.dispatcher.drawer.wake()
+    await unseen_earlier_attempt(bot, digest_id, 1)
+    await redraw(bot, digest_id)
     again = await eventually(
         lambda: next((m for m in copies_of(slack, digest_id) if m["ts"] != first["ts"]), None),
         within=10,
@@ -510,20 +511,14 @@ async def test_a_copy_that_lands_after_the_digest_was_posted_again_is_retired(
     )
     slack.messages[(CHANNEL, first["ts"])] = late  # the first attempt lands now
     assert live_buttons(slack)[row_rids(again)[0]] == 2
-    await eventually(
-        lambda: (
-            slack.messages[(CHANNEL, first["ts"])].get("metadata", {}).get("event_type")
-            != DIGEST_EVENT_TYPE
-        ),
-        within=10,
-        what="the late copy retired",
-    )
+    await retired(slack, first["ts"], "the late copy retired")
     live = live_buttons(slack)
     assert {r: live[r] for r in rids} == dict.fromkeys(rids, 1), _where(slack, rids)
     assert await bot.dispatcher.digests.message(digest_id) == SlackMessage(
         channel=CHANNEL, ts=again["ts"]
     ), "the message posted again stays the digest's"
     await settled(bot)
+    redis, keys = bot.ctx.redis, bot.ctx.keys
     assert await redis.hget(keys.digest(digest_id), "recheck") is None, "looked once, done"
 
 
@@ -745,7 +740,7 @@ async def test_digest_dms_a_stopped_replica_still_owed_are_sent_by_the_next(
     assert second.ctx is not None
     (digest,) = digests_in(slack)
     key = second.ctx.keys.digest(digest["metadata"]["event_payload"]["digest_id"])
-    assert not [f for f in await second.ctx.redis.hkeys(key) if f.startswith("dm:")]
+    assert not [f for f in await second.ctx.redis.hkeys(key) if str(f).startswith("dm:")]
     assert rids
 
 
