@@ -710,7 +710,11 @@ class Dispatcher:
         route = self.ctx.service.policy.routes.get(request.route)
         if route is None or not route.dm_reviewers:
             return []
-        users = await reviewer_users(request, self.ctx.service.membership)
+        try:
+            users = await reviewer_users(request, self.ctx.service.membership)
+        except Exception as e:  # the message is recorded whatever the directory says
+            log.warning("no reviewer DMs: cannot list the reviewers id=%s error=%r", request.id, e)
+            return []
         return [u for u in dict.fromkeys(users) if u != request.requester]
 
     async def _dm_reviewers(self, request: ApprovalRequest, users: list[str]) -> None:

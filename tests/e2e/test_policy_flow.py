@@ -609,6 +609,34 @@ async def test_reviewer_dms_a_stopped_replica_still_owed_are_sent_by_the_next(
     assert not [name for name in row if name.startswith("dm:")], "none owed any more"
 
 
+async def test_a_directory_that_fails_costs_the_dms_not_the_message(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """Listing a route's reviewers to DM can fail (a user group's lookup cut off): the
+    message is still recorded as the request's (its outcome is drawn on it), posted once;
+    only the DMs are skipped."""
+    data = {
+        "routes": {"default": {"channel": CHANNEL, "reviewers": ["S0ONCALL"], "dm_reviewers": True}}
+    }
+    bot = await make_bot(policy(data))
+    assert bot.ctx is not None
+
+    async def cut_off(group: str) -> frozenset[str]:
+        raise ConnectionError(f"lookup of {group} cut off")
+
+    bot.ctx.service.membership = cut_off
+    rid = (await submit(bot)).id
+    await posted_in(slack, CHANNEL, rid)
+    store = bot.ctx.store
+    for _ in range(100):
+        if (await store.get(rid)).message is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert (await store.get(rid)).message is not None, "recorded as the request's message"
+    await asyncio.sleep(0.3)
+    assert posts_for(slack, rid) == [CHANNEL] and not slack.calls_to("conversations.open")
+
+
 # -- reload -------------------------------------------------------------------------------------
 
 

@@ -744,6 +744,27 @@ async def test_digest_dms_a_stopped_replica_still_owed_are_sent_by_the_next(
     assert rids
 
 
+async def test_a_directory_that_fails_costs_a_digest_its_dms_not_its_post(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The digest's reviewers are listed before it is posted; when that fails (a user
+    group's lookup cut off), the digest is posted all the same, without DMs."""
+    slack.enforce_rate(per_channel_per_second=5.0, burst=3)
+    route = policy(dm_reviewers=True, reviewers=["S0ONCALL"])
+    bot = await make_bot(route, dispatcher=storm_options(digest_rows=45))
+    assert bot.ctx is not None
+
+    async def cut_off(group: str) -> frozenset[str]:
+        raise ConnectionError(f"lookup of {group} cut off")
+
+    bot.ctx.service.membership = cut_off
+    rids = await storm(bot, 15)
+    await everyone_placed(slack, rids)
+    await settled(bot)
+    assert len(digests_in(slack)) == 1
+    assert not slack.calls_to("conversations.open")
+
+
 async def test_a_digest_slack_refuses_ends_its_requests_as_errors(
     make_bot: BotFactory, slack: SlackEmulator
 ) -> None:
