@@ -252,6 +252,11 @@ class DigestDrawer:
                 next_in = max(o.backoff, o.interval)
             if begin.dms:
                 await self._dm_reviewers(digest_id, begin.dms, channel)
+        except asyncio.CancelledError:
+            # Stopped mid-draw: as a failed draw, it keeps the lock and stays owed (a DM of
+            # it may still be under way, finishing while the bot stops: `SlackCaller.settle`).
+            drew = None
+            raise
         except Exception as e:
             log.warning("digest draw owed, will retry digest=%s error=%s", digest_id, e)
             next_in = max(o.backoff, o.interval)
@@ -368,9 +373,11 @@ class DigestDrawer:
             f"Your review is needed in <#{channel}>: many approval requests arrived at once "
             "and are listed in one message there."
         )
-        for user in users:
-            await self.slack.dm_each([user], text)
+
+        async def sent(user: str) -> None:
             await self.digests.dm_sent(digest_id, user)
+
+        await self.slack.dm_owed(users, text, sent)
 
 
 async def place(ctx: BotContext, request: ApprovalRequest) -> SlackMessage | None:

@@ -182,6 +182,7 @@ class Dispatcher:
         await cancel_and_wait([*self._tasks, *self._workers.values()])
         self._tasks = []
         self._workers.clear()
+        await self.slack.settle()  # a DM under way is sent and recorded, not cut in two
         # Entries still unacked stay in this consumer's pending list; without a heartbeat,
         # another replica takes them at its next reap.
         with contextlib.suppress(Exception):
@@ -726,9 +727,11 @@ class Dispatcher:
         # The rendered fallback text: masked (secret values, tokens) and escaped, unlike the raw
         # prompt, which holds the arguments as the agent sent them.
         summary = blocks.request_message(request)["text"]
-        for user in users:
-            await self.slack.dm_each([user], f"Your review is needed in {link}. {summary}")
+
+        async def sent(user: str) -> None:
             await self.posting.dm_sent(request.id, request.escalations, user)
+
+        await self.slack.dm_owed(users, f"Your review is needed in {link}. {summary}", sent)
 
     async def _fail(self, request: ApprovalRequest, reason: str) -> None:
         result = await self.ctx.store.resolve(request.id, Decision.error(reason, by="slack"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -149,6 +149,7 @@ class SlackCaller:
         self._paces: dict[str, ChannelPace] = {}
         self._paces[UPDATE_PACE] = ChannelPace(update_interval, update_burst)
         self._bot_id: str | None = None
+        self._units: set[asyncio.Task[None]] = set()  # `dm_owed`'s DMs under way
 
     def pace(self, channel: str) -> ChannelPace:
         pace = self._paces.get(channel)
@@ -195,6 +196,37 @@ class SlackCaller:
                 await self.call(dm, "chat_postMessage", channel=dm, paced=True, text=text)
             except (Permanent, Unsure) as e:
                 log.warning("could not DM reviewer user=%s error=%s", user, e)
+
+    async def dm_owed(
+        self, users: Iterable[str], text: str, sent: Callable[[str], Awaitable[None]]
+    ) -> None:
+        """`dm_each`, for DMs recorded as owed: each DM and then `sent(user)` (its record
+        deleted) are one unit that cancelling the caller does not cut in two — cut between
+        them, whoever takes the work over would send that DM again. A stop waits for a unit
+        under way (`settle`)."""
+        for user in dict.fromkeys(users):
+            task = asyncio.ensure_future(self._dm_then(user, text, sent))
+            self._units.add(task)
+            task.add_done_callback(self._unit_done)
+            await asyncio.shield(task)
+
+    async def _dm_then(self, user: str, text: str, sent: Callable[[str], Awaitable[None]]) -> None:
+        await self.dm_each([user], text)
+        await sent(user)
+
+    def _unit_done(self, task: asyncio.Task[None]) -> None:
+        self._units.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen (its caller, if still there, has it raised)
+
+    async def settle(self) -> None:
+        """Wait for the `dm_owed` units under way; cancelled (a stop is bounded), cancel them."""
+        try:
+            while self._units:
+                await asyncio.wait(set(self._units))
+        finally:
+            for task in list(self._units):
+                task.cancel()
 
     async def call(
         self,
