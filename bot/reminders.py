@@ -39,6 +39,9 @@ from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
 
+#: A decision notice's key (`notify:<id>`) while the notice is still to send.
+OWED = "owed"
+
 
 class Reminders:
     """Sends due reminders (`remind_due`, run every `interval` s) and decision notices."""
@@ -234,15 +237,29 @@ class Reminders:
         return sent
 
     async def notify_decided(self, request: ApprovalRequest) -> bool:
-        """DM the outcome to the user the caller named (`notify`), once; True if sent."""
+        """DM the outcome to the user the caller named (`notify`), once; True if sent now.
+
+        The notice is owed from the first time a decided request's entry is handled (a key
+        set to `owed`) until it is sent or given up (`done`): a replica that dies before
+        sending it leaves it to the one that handles the entry again. The DM and the record
+        of it are one unit a stop waits for (`SlackCaller.whole`)."""
         if request.notify is None or request.is_pending or self.ctx.slack is None:
             return False
-        if not await self._once(f"notify:{request.id}"):
-            return False
-        text = blocks.decided_message(request)["text"]
-        try:
-            await self._dm(request.notify, f"Your approval request was decided. {text}")
-        except (Permanent, Unsure) as e:
-            log.warning("notice not sent id=%s error=%s", request.id, e)
-            return False
-        return True
+        key = self.ctx.keys.lock(f"notify:{request.id}")
+        ttl = self.ctx.keys.retention_seconds
+        redis = self.ctx.redis
+        if not await redis.set(key, OWED, nx=True, ex=ttl) and await redis.get(key) != OWED:
+            return False  # told already (or given up)
+        user, text = request.notify, blocks.decided_message(request)["text"]
+
+        async def notice() -> bool:
+            try:
+                await self._dm(user, f"Your approval request was decided. {text}")
+                told = True
+            except (Permanent, Unsure) as e:
+                log.warning("notice not sent id=%s error=%s", request.id, e)
+                told = False
+            await redis.set(key, "done", ex=ttl)
+            return told
+
+        return await self.calls.whole(notice())

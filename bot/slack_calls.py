@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -29,6 +29,8 @@ from bot.context import BotContext
 from bot.masking import Masked
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Slack errors (with HTTP 200) that a later attempt can get past. Every other `ok:false`
 #: error (channel_not_found, not_in_channel, invalid_auth, …) is permanent: a post that
@@ -149,7 +151,7 @@ class SlackCaller:
         self._paces: dict[str, ChannelPace] = {}
         self._paces[UPDATE_PACE] = ChannelPace(update_interval, update_burst)
         self._bot_id: str | None = None
-        self._units: set[asyncio.Task[None]] = set()  # `dm_owed`'s DMs under way
+        self._units: set[asyncio.Task[Any]] = set()  # `whole` units under way
 
     def pace(self, channel: str) -> ChannelPace:
         pace = self._paces.get(channel)
@@ -205,22 +207,28 @@ class SlackCaller:
         them, whoever takes the work over would send that DM again. A stop waits for a unit
         under way (`settle`)."""
         for user in dict.fromkeys(users):
-            task = asyncio.ensure_future(self._dm_then(user, text, sent))
-            self._units.add(task)
-            task.add_done_callback(self._unit_done)
-            await asyncio.shield(task)
+            await self.whole(self._dm_then(user, text, sent))
+
+    async def whole(self, work: Coroutine[Any, Any, T]) -> T:
+        """`work`'s result, `work` run to its end even if the caller is cancelled (a Slack
+        call and the record of it, which cut in two would be made again by whoever takes the
+        work over); `settle` waits for those under way."""
+        task = asyncio.ensure_future(work)
+        self._units.add(task)
+        task.add_done_callback(self._unit_done)
+        return await asyncio.shield(task)
 
     async def _dm_then(self, user: str, text: str, sent: Callable[[str], Awaitable[None]]) -> None:
         await self.dm_each([user], text)
         await sent(user)
 
-    def _unit_done(self, task: asyncio.Task[None]) -> None:
+    def _unit_done(self, task: asyncio.Task[Any]) -> None:
         self._units.discard(task)
         if not task.cancelled():
             task.exception()  # seen (its caller, if still there, has it raised)
 
     async def settle(self) -> None:
-        """Wait for the `dm_owed` units under way; cancelled (a stop is bounded), cancel them."""
+        """Wait for the `whole` units under way; cancelled (a stop is bounded), cancel them."""
         try:
             while self._units:
                 await asyncio.wait(set(self._units))

@@ -4,6 +4,7 @@ thread reply per route, nothing once the request ends, the requester's notice.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -12,10 +13,10 @@ import aiohttp
 
 from approvals.models import ApprovalEvent
 from approvals.policy_file import parse_policy
-from bot import ids
+from bot import app, ids
 from bot.app import Bot
 from tests.support import eventually
-from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
+from tests.support.e2e import CHANNEL, BotFactory, Reviewer, fast_dispatcher, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
 TOKEN = "xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx"
@@ -125,6 +126,41 @@ async def test_the_requester_is_told_the_outcome(
     await eventually(lambda: any(u == "U0REQ" for u, _ in dms_to(slack)))
     (notice,) = [t for u, t in dms_to(slack) if u == "U0REQ"]
     assert "Approved by <@U0ALICE>" in notice and TOKEN not in notice
+
+
+async def test_a_notice_a_stopped_replica_still_owed_is_sent_by_the_next(
+    make_bot: BotFactory,
+    slack: SlackEmulator,
+    reviewer: Any,
+    http: aiohttp.ClientSession,
+    monkeypatch: Any,
+) -> None:
+    """The requester's notice is owed until it is sent: a replica that stops without
+    sending it (Slack slower to open the DM than the stop waits) leaves it to the replica
+    that handles the decision's entry again, which sends it once. Before, the first try
+    marked it sent, and nobody told the requester."""
+    monkeypatch.setattr(app, "STOP_STEP_SECONDS", 0.5)  # a stop that gives up on the DM
+    slack.add_user("U0REQ")
+    first = await make_bot(policy(), dispatcher=fast_dispatcher())
+    assert first.ctx is not None
+    url = f"http://127.0.0.1:{first.port}/v1/approvals"
+    headers = {"Authorization": "Bearer test-token"}
+    body = {"tool_name": "deploy", "arguments": {"env": "prod"}, "notify": "U0REQ"}
+    async with http.post(url, json=body, headers=headers) as resp:
+        assert resp.status == 201, await resp.text()
+        rid = (await resp.json())["id"]
+    await eventually(lambda: posted(first, rid))
+    channel, message = posted_message(slack, rid)
+    slack.slow_next("conversations.open", 3.0)
+    assert await reviewer("U0ALICE").click(first, message, channel, ids.APPROVE) == 200
+    await eventually(lambda: slack.arrived("conversations.open") == 1, what="the notice begun")
+    await first.stop()
+    assert not [u for u, _ in dms_to(slack) if u == "U0REQ"], "not sent by the first"
+    await make_bot(policy(), dispatcher=fast_dispatcher())
+    await eventually(lambda: [u for u, _ in dms_to(slack) if u == "U0REQ"], within=15)
+    await asyncio.sleep(0.5)  # a second notice would come now
+    notices = [t for u, t in dms_to(slack) if u == "U0REQ"]
+    assert len(notices) == 1 and "Approved by <@U0ALICE>" in notices[0]
 
 
 async def test_the_scan_reads_only_requests_old_enough_to_remind(
