@@ -24,6 +24,7 @@ from approvals.edits import check_edit, edits_offered
 from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavailable
 from approvals.models import ApprovalRequest, GrantScope
 from approvals.service import Actor
+from approvals.store.connection import wait_until_done
 from approvals.store.store import VoteResult
 from bot import edits, home, ids, modals
 from bot.context import BotContext
@@ -116,12 +117,7 @@ class Listeners:
         being opened): a click Slack was told we took is carried out before the bot stops.
         Whatever is still running when this is cancelled (`Bot.stop` bounds each step) is
         cancelled with it, so nothing touches Redis after the bot closed it."""
-        try:
-            while self._running:
-                await asyncio.wait(set(self._running))
-        finally:
-            for task in list(self._running):
-                task.cancel()
+        await wait_until_done(self._running)
 
     # -- buttons ---------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from approvals.models import SlackMessage
+from approvals.store.connection import wait_until_done
 from bot.context import BotContext
 from bot.masking import Masked
 
@@ -229,12 +230,7 @@ class SlackCaller:
 
     async def settle(self) -> None:
         """Wait for the `whole` units under way; cancelled (a stop is bounded), cancel them."""
-        try:
-            while self._units:
-                await asyncio.wait(set(self._units))
-        finally:
-            for task in list(self._units):
-                task.cancel()
+        await wait_until_done(self._units)
 
     async def call(
         self,

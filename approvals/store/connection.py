@@ -250,6 +250,17 @@ def _sentinel_master(url: str, options: dict[str, Any]) -> Redis:
     return master
 
 
+async def wait_until_done(tasks: set[asyncio.Task[Any]]) -> None:
+    """Wait until `tasks` — a live set, which its tasks leave as they end — is empty; if the
+    wait is cancelled (a stop bounds each step), cancel the tasks still in it."""
+    try:
+        while tasks:
+            await asyncio.wait(set(tasks))
+    finally:
+        for task in list(tasks):
+            task.cancel()
+
+
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[object]]) -> None:
     """Cancel `tasks` and wait until each has really ended.
 
