@@ -34,7 +34,7 @@ from approvals.store.digests import Digest, Digests, Recheck, placements
 from approvals.store.outbox import Outbox
 from bot import copies, digest_blocks
 from bot.context import BotContext
-from bot.directory import reviewer_users
+from bot.directory import review_dms
 from bot.slack_calls import UPDATE_PACE, Permanent, SlackCaller
 
 log = logging.getLogger(__name__)
@@ -195,10 +195,10 @@ class DigestDrawer:
                     strays += [m.ts for m in found[1:] if m.ts not in strays]
             if not ts:
                 await self.slack.pace(channel).acquire(priority=True)
-                digest, message = await self._render(digest_id)
+                digest, message, requests = await self._render(digest_id)
                 if digest is None:
                     return
-                dms = await self._dm_users(digest)
+                dms = await self._dm_users(digest_id, requests)
                 try:
                     answer = await self.slack.call(
                         channel, "chat_postMessage", channel=channel, once=True, **message
@@ -219,11 +219,11 @@ class DigestDrawer:
                 )
             elif begin.version > begin.drawn or posted:
                 await self.slack.pace(UPDATE_PACE).acquire()
-                digest, message = await self._render(digest_id)
+                digest, message, requests = await self._render(digest_id)
                 if digest is None:
                     return
                 if posted:  # adopted: nobody has told its reviewers yet
-                    dms = await self._dm_users(digest)
+                    dms = await self._dm_users(digest_id, requests)
                 try:
                     await self.slack.call(  # the token was taken before the render
                         UPDATE_PACE, "chat_update", paced=False, channel=channel, ts=ts, **message
@@ -310,13 +310,16 @@ class DigestDrawer:
             return False
         return True
 
-    async def _render(self, digest_id: str) -> tuple[Digest | None, dict[str, Any]]:
+    async def _render(
+        self, digest_id: str
+    ) -> tuple[Digest | None, dict[str, Any], dict[str, ApprovalRequest]]:
+        """The digest, its message, and its rows' requests as read for it."""
         digest = await self.digests.get(digest_id)
         if digest is None:
-            return None, {}
+            return None, {}, {}
         requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
         message = digest_blocks.digest_message(digest, requests)
-        return digest, message | {"metadata": copies.digest_metadata(digest_id)}
+        return digest, message | {"metadata": copies.digest_metadata(digest_id)}, requests
 
     async def _find(self, channel: str, digest_id: str, since: float) -> list[SlackMessage]:
         bot_id = await self.slack.bot_id()
@@ -346,23 +349,17 @@ class DigestDrawer:
             )
             log.error("request failed id=%s reason=%s won=%s", row.request_id, reason, result.won)
 
-    async def _dm_users(self, digest: Digest) -> list[str]:
-        """Routes with `dm_reviewers`: each of their reviewers gets one DM per digest (not
-        the requester of a row, who may not decide it)."""
-        routes = self.ctx.service.policy.routes
+    async def _dm_users(self, digest_id: str, requests: dict[str, ApprovalRequest]) -> list[str]:
+        """The reviewers of the digest's waiting `requests` to DM (`review_dms`), each once:
+        one DM per digest, not one per request."""
+        service = self.ctx.service
         users: list[str] = []
         try:
-            requests = await self.ctx.store.get_many(r.request_id for r in digest.rows)
             for request in requests.values():
-                route = routes.get(request.route)
-                if route is None or not route.dm_reviewers or not request.is_pending:
-                    continue
-                reviewers = await reviewer_users(request, self.ctx.service.membership)
-                users += [u for u in reviewers if u != request.requester]
+                if request.is_pending:
+                    users += await review_dms(request, service.policy.routes, service.membership)
         except Exception as e:  # the digest is posted whatever the directory says
-            log.warning(
-                "no digest DMs: cannot list the reviewers digest=%s error=%r", digest.digest_id, e
-            )
+            log.warning("no digest DMs: cannot list the reviewers digest=%s error=%r", digest_id, e)
             return []
         return list(dict.fromkeys(users))
 

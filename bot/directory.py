@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from redis.asyncio import Redis
 from slack_sdk.errors import SlackApiError
 
 from approvals.models import ApprovalRequest
+from approvals.policy import Route
 from approvals.service import MembershipResolver
 from approvals.slack_ids import is_user, is_user_group
 from approvals.store.keys import Keys
@@ -29,6 +31,18 @@ async def reviewer_users(
     for group in (r for r in request.reviewers if is_user_group(r)):
         users += sorted(await membership(group)) if membership else []
     return users
+
+
+async def review_dms(
+    request: ApprovalRequest, routes: Mapping[str, Route], membership: MembershipResolver | None
+) -> list[str]:
+    """The users to DM that `request` needs their review (its route says `dm_reviewers`):
+    its reviewers, each once, never its requester (who may not decide it)."""
+    route = routes.get(request.route)
+    if route is None or not route.dm_reviewers:
+        return []
+    users = await reviewer_users(request, membership)
+    return [u for u in dict.fromkeys(users) if u != request.requester]
 
 
 class Directory:

@@ -40,7 +40,7 @@ from bot import blocks, copies
 from bot.context import BotContext
 from bot.digest_blocks import MAX_ROWS
 from bot.digests import DigestDrawer, DigestOptions
-from bot.directory import reviewer_users
+from bot.directory import review_dms
 from bot.slack_calls import Permanent, SlackCaller, Unsure
 
 log = logging.getLogger(__name__)
@@ -708,15 +708,12 @@ class Dispatcher:
     async def _dm_users(self, request: ApprovalRequest) -> list[str]:
         """The reviewers to DM about the request's message (routes with `dm_reviewers`), not
         its requester, who may not decide it (as a digest's DMs)."""
-        route = self.ctx.service.policy.routes.get(request.route)
-        if route is None or not route.dm_reviewers:
-            return []
+        service = self.ctx.service
         try:
-            users = await reviewer_users(request, self.ctx.service.membership)
+            return await review_dms(request, service.policy.routes, service.membership)
         except Exception as e:  # the message is recorded whatever the directory says
             log.warning("no reviewer DMs: cannot list the reviewers id=%s error=%r", request.id, e)
             return []
-        return [u for u in dict.fromkeys(users) if u != request.requester]
 
     async def _dm_reviewers(self, request: ApprovalRequest, users: list[str]) -> None:
         """DM each of `users` about the request's message, each marked sent once done (or
