@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.credentials import UsernamePasswordCredentialProvider
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from approvals.store.connection import QuickBlockingPool, connect
@@ -46,6 +47,67 @@ async def test_a_free_connection_is_taken_without_the_waiting_path(
             await client.set(keys.lock(f"pool:{n}"), "x", ex=60)
         assert waited == 0
         assert _opened(_pool(client)) == 1  # one at a time: one connection, reused
+    finally:
+        await client.aclose()
+
+
+async def test_a_connection_comes_back_at_once_and_the_pool_stays_whole(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a credential provider a connection is handed back without redis-py's lock,
+    event and counters; one marked for a reconnect (redis-py's maintenance notices) is
+    disconnected first and comes back, not lost."""
+    slow_way = 0
+    original = ConnectionPool.release
+
+    async def counted(self: Any, connection: Any) -> None:
+        nonlocal slow_way
+        slow_way += 1
+        await original(self, connection)
+
+    monkeypatch.setattr(ConnectionPool, "release", counted)
+    client = connect(redis_url, max_connections=4, client_name="approval-bot-test-pool")
+    pool = _pool(client)
+    try:
+        await asyncio.gather(
+            *(client.set(keys.lock(f"pool:back:{n}"), "x", ex=60) for n in range(40))
+        )
+        opened = _opened(pool)
+        assert not pool._in_use_connections and len(pool._available_connections) == opened
+        marked = pool._available_connections[-1]
+        marked.mark_for_reconnect()
+        assert await client.get(keys.lock("pool:back:0")) == "x"  # taken, used, handed back
+        assert not marked.should_reconnect() and not marked.is_connected
+        assert _opened(pool) == opened and not pool._in_use_connections
+        assert await client.get(keys.lock("pool:back:1")) == "x"  # and it reconnects
+        assert slow_way == 0
+    finally:
+        await client.aclose()
+
+
+async def test_with_a_credential_provider_a_connection_goes_back_redis_pys_way(
+    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py re-authenticates a released connection for a streaming credential provider:
+    with any provider given, the release is left to redis-py."""
+    slow_way = 0
+    original = ConnectionPool.release
+
+    async def counted(self: Any, connection: Any) -> None:
+        nonlocal slow_way
+        slow_way += 1
+        await original(self, connection)
+
+    monkeypatch.setattr(ConnectionPool, "release", counted)
+    provider = UsernamePasswordCredentialProvider("default", "any")  # the nopass default user
+    pool = QuickBlockingPool.from_url(
+        redis_url, max_connections=2, decode_responses=True, credential_provider=provider
+    )
+    client = Redis.from_pool(pool)
+    try:
+        for n in range(3):
+            await client.set(keys.lock(f"pool:creds:{n}"), "x", ex=60)
+        assert slow_way == 3
     finally:
         await client.aclose()
 
