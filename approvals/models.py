@@ -141,11 +141,14 @@ class ApprovalEvent(BaseModel):
         return value
 
 
+#: `json.dumps(value, default=str, ensure_ascii=False)` with its encoder made once (`dumps`
+#: makes one per call when given options: most of a short value's cost).
+_VALUE_JSON = json.JSONEncoder(default=str, ensure_ascii=False).encode
+
+
 def default_prompt(tool_name: str, arguments: dict[str, Any]) -> str:
     """`Approve <tool>(<args>)?` rendered from the parsed arguments."""
-    args = ", ".join(
-        f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in arguments.items()
-    )
+    args = ", ".join(f"{k}={_VALUE_JSON(v)}" for k, v in arguments.items())
     prompt = f"Approve {tool_name}({args})?"
     if len(prompt) > MAX_TEXT:
         prompt = prompt[: MAX_TEXT - 5] + "…)?"

@@ -49,6 +49,8 @@ SENSITIVITY_BADGES = {
 }
 
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+#: `json.dumps(value, indent=2, ensure_ascii=False, default=str)`, its encoder made once.
+_PRETTY_JSON = json.JSONEncoder(indent=2, ensure_ascii=False, default=str).encode
 # Slack ids: a type letter, then upper-case letters and digits (at least one digit).
 _USER_ID = re.compile(rf"^(?:slack:)?([{USER_LETTERS}](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
 _CHANNEL_ID = re.compile(rf"^(?:slack:)?([{CHANNEL_LETTERS}](?=[A-Z0-9]*[0-9])[A-Z0-9]+)$")
@@ -230,11 +232,11 @@ def _summary(v: _View) -> list[Block]:
     if event.cwd:
         blocks.append(_context(f"*cwd:* `{clip_escaped(v.mask(event.cwd), 250)}`"))
     if v.arguments:
-        text = json.dumps(v.arguments, indent=2, ensure_ascii=False, default=str)
+        text = _PRETTY_JSON(v.arguments)
         blocks.append(_code_section("Arguments", text, what="arguments", request_id=req.id))
     if event.permissions:
         perms = mask_arguments(event.permissions, req.config.sensitivity)
-        text = json.dumps(perms, indent=2, ensure_ascii=False, default=str)
+        text = _PRETTY_JSON(perms)
         blocks.append(_code_section("Permissions", text, what="permissions", request_id=req.id))
     return blocks
 
