@@ -332,13 +332,26 @@ class LeanHttp:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """(status, decoded JSON body or None). A kept-alive connection found closed by the
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        form: tuple[str, dict[str, str]] | None = None,
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON body or None). `body` goes as JSON; `form` instead is
+        (a url-encoded body, its headers). A kept-alive connection found closed by the
         server before any answer is retried once on a new one."""
-        data = b"" if body is None else json.dumps(body).encode()
         head = f"{method} {path} HTTP/1.1\r\n{self.head}"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        if form is not None:
+            data = form[0].encode()
+            head += "".join(f"{k}: {v}\r\n" for k, v in form[1].items())
+            head += f"Content-Length: {len(data)}\r\n"
+        else:
+            data = b"" if body is None else json.dumps(body).encode()
+            if body is not None:
+                head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
         packet = head.encode() + b"\r\n" + data
         for attempt in (0, 1):
             reused = self.writer is not None
