@@ -55,6 +55,7 @@ from bench.common import (
 from bot import ids
 from bot.app import Bot, BotConfig
 from bot.dispatcher import DispatcherOptions
+from bot.metrics import Metrics
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
 from tests.support.slack_emulator import Call, SlackEmulator
 
@@ -168,6 +169,17 @@ def _request_id(body: dict[str, Any]) -> str | None:
             if element.get("action_id") in ids.BUTTON_ACTIONS and element.get("value"):
                 return str(element["value"])
     return None
+
+
+def counters(metrics: Metrics) -> dict[str, float]:
+    """The bot's counters that moved (one-process mode): `name{label="…"}` → value."""
+    out: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.value:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out
 
 
 # -- one cycle: agent creates and long-polls, reviewer clicks Approve ------------------------------
@@ -586,7 +598,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             timed = [c.request_id for c in (*single, *loaded)]
             counts = exactly_once(rig, timed)
             failed = len(rig.errors)
-            metrics = dict(rig.bot.ctx.metrics) if rig.bot and rig.bot.ctx is not None else {}
+            metrics = counters(rig.bot.ctx.metrics) if rig.bot and rig.bot.ctx is not None else {}
             ledger = rig.ledger
             extra = {
                 "other_slack_calls": dict(ledger.other),
