@@ -61,6 +61,7 @@ from bot.schemas import (
     CancelApproval,
     CancelCall,
     CreateApproval,
+    approval_json,
     approval_object,
     openapi_document,
 )
@@ -332,8 +333,8 @@ class ApprovalsAPI:
             route=m.route(created.route),
             principal=m.principal(principal.name),
         ).inc()
-        return web.json_response(
-            approval_object(created),
+        return _approval_response(
+            created,
             status=201 if is_new else 200,
             headers={"Location": f"/v1/approvals/{created.id}"},
         )
@@ -351,7 +352,7 @@ class ApprovalsAPI:
             waiter = self.ctx.waiter
             if wait <= 0:
                 found = _visible(principal, request_id, await self.ctx.store.get(request_id))
-                return web.json_response(approval_object(found))
+                return _approval_response(found)
             if self.ctx.draining.is_set():
                 return shutting_down_response()
             if not waiter.started:
@@ -370,7 +371,7 @@ class ApprovalsAPI:
                 # a burst of long-polls arriving at once keeps Redis connections constant.
                 found = _visible(principal, request_id, await waiter.read(request_id))
                 if not found.is_pending:
-                    return web.json_response(approval_object(found))
+                    return _approval_response(found)
                 del found
                 gauge = self.ctx.metrics.long_polls.labels(via="api")
                 gauge.inc()
@@ -416,13 +417,13 @@ class ApprovalsAPI:
             return self._error(e, watch.request_id)
         try:
             self.ctx.metrics.resumed(decided, "api")
-            return web.json_response(approval_object(decided))
+            return _approval_response(decided)
         except Exception as e:
             return self._error(e, watch.request_id)
 
     async def _after_wait(self, request_id: str) -> web.Response:
         try:
-            return web.json_response(approval_object(await self.ctx.waiter.read(request_id)))
+            return _approval_response(await self.ctx.waiter.read(request_id))
         except Exception as e:
             return self._error(e, request_id)
 
@@ -450,7 +451,7 @@ class ApprovalsAPI:
             raise AlreadyDecided(
                 f"request {request_id} is already {result.request.status}", request=result.request
             )
-        return web.json_response(approval_object(result.request))
+        return _approval_response(result.request)
 
     async def cancel_call(self, request: web.Request) -> web.Response:
         """Withdraw the request the caller's `call_id` made, if any (a create cut off in
@@ -463,6 +464,13 @@ class ApprovalsAPI:
         )
         found = None if result is None else approval_object(result.request)
         return web.json_response({"approval": found})
+
+
+def _approval_response(
+    request: ApprovalRequest, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The approval object of `request`, answered as JSON."""
+    return web.json_response(text=approval_json(request), status=status, headers=headers)
 
 
 def _visible(principal: Principal, request_id: str, found: ApprovalRequest) -> ApprovalRequest:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
 from approvals.approval import Approval
+from approvals.approval import approval_json as approval_json  # the same, as JSON text
 from approvals.approval import approval_object as approval_object  # the API's answer
 from approvals.callbacks import Callback
 from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT, HookInput, HookOutput

@@ -3,9 +3,15 @@ dumped as the API's JSON, read back unchanged; the API's schema is the same fiel
 
 from __future__ import annotations
 
+import json
+import math
 from datetime import UTC, datetime
+from typing import Any
 
-from approvals.approval import Approval, approval_object
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from approvals.approval import Approval, approval_json, approval_object
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision, Vote
 from bot.schemas import ApprovalObject, openapi_document
 
@@ -39,3 +45,51 @@ def test_the_api_schema_is_derived_from_the_same_fields() -> None:
     schema = openapi_document()["components"]["schemas"]["ApprovalObject"]
     assert set(schema["properties"]) == set(schema["required"]) == set(Approval.model_fields)
     assert schema["additionalProperties"] is False
+
+
+_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()
+)
+_values = st.recursive(
+    _leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON data, NaN equal to NaN."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b and type(a) is type(b))
+
+
+@settings(max_examples=200)
+@given(
+    arguments=st.dictionaries(st.text(), _values, max_size=5),
+    metadata=st.dictionaries(st.text(), _values, max_size=3),
+    reason=st.none() | st.text(max_size=200),
+    decided=st.booleans(),
+)
+def test_the_json_text_is_the_approval_object(
+    arguments: dict[str, Any], metadata: dict[str, Any], reason: str | None, decided: bool
+) -> None:
+    """What the HTTP API sends (`approval_json`, pydantic's serialiser) reads back as exactly
+    the approval object (`approval_object` through `json.dumps`), whatever the arguments
+    hold: big integers, NaN and infinities, any text."""
+    request = ApprovalRequest(
+        event=ApprovalEvent(tool_name="deploy", arguments=arguments, agent="a\u2028b"),
+        metadata=metadata,
+        status="denied" if decided else "pending",
+        decision=Decision.deny(reason, by="U1") if decided else None,
+    )
+    sent = json.loads(approval_json(request))
+    assert _same(sent, json.loads(json.dumps(approval_object(request))))

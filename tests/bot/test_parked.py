@@ -505,7 +505,7 @@ def test_an_answer_that_fails_is_a_500_the_agent_reads(
             (rid,) = await create(ctx)
             poll = await Raw.poll(bot.port, rid)
             await eventually(lambda: parking(bot).parked == 1, what="detached")
-            monkeypatch.setattr(api, "approval_object", broken)
+            monkeypatch.setattr(api, "approval_json", broken)
             await ctx.service.decide(rid, "approve", Actor("U1"))
             code, _, body = await poll.answer()
             assert (code, json.loads(body)["error"]["code"]) == (500, "internal")
