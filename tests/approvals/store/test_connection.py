@@ -51,21 +51,26 @@ async def test_a_free_connection_is_taken_without_the_waiting_path(
         await client.aclose()
 
 
+@pytest.fixture
+def slow_releases(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the releases that go redis-py's way (`ConnectionPool.release`)."""
+    count = [0]
+    original = ConnectionPool.release
+
+    async def counted(self: Any, connection: Any) -> None:
+        count[0] += 1
+        await original(self, connection)
+
+    monkeypatch.setattr(ConnectionPool, "release", counted)
+    return count
+
+
 async def test_a_connection_comes_back_at_once_and_the_pool_stays_whole(
-    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, keys: Keys, slow_releases: list[int]
 ) -> None:
     """Without a credential provider a connection is handed back without redis-py's lock,
     event and counters; one marked for a reconnect (redis-py's maintenance notices) is
     disconnected first and comes back, not lost."""
-    slow_way = 0
-    original = ConnectionPool.release
-
-    async def counted(self: Any, connection: Any) -> None:
-        nonlocal slow_way
-        slow_way += 1
-        await original(self, connection)
-
-    monkeypatch.setattr(ConnectionPool, "release", counted)
     client = connect(redis_url, max_connections=4, client_name="approval-bot-test-pool")
     pool = _pool(client)
     try:
@@ -80,25 +85,16 @@ async def test_a_connection_comes_back_at_once_and_the_pool_stays_whole(
         assert not marked.should_reconnect() and not marked.is_connected
         assert _opened(pool) == opened and not pool._in_use_connections
         assert await client.get(keys.lock("pool:back:1")) == "x"  # and it reconnects
-        assert slow_way == 0
+        assert slow_releases == [0]
     finally:
         await client.aclose()
 
 
 async def test_with_a_credential_provider_a_connection_goes_back_redis_pys_way(
-    redis_url: str, keys: Keys, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, keys: Keys, slow_releases: list[int]
 ) -> None:
     """redis-py re-authenticates a released connection for a streaming credential provider:
     with any provider given, the release is left to redis-py."""
-    slow_way = 0
-    original = ConnectionPool.release
-
-    async def counted(self: Any, connection: Any) -> None:
-        nonlocal slow_way
-        slow_way += 1
-        await original(self, connection)
-
-    monkeypatch.setattr(ConnectionPool, "release", counted)
     provider = UsernamePasswordCredentialProvider("default", "any")  # the nopass default user
     pool = QuickBlockingPool.from_url(
         redis_url, max_connections=2, decode_responses=True, credential_provider=provider
@@ -107,7 +103,7 @@ async def test_with_a_credential_provider_a_connection_goes_back_redis_pys_way(
     try:
         for n in range(3):
             await client.set(keys.lock(f"pool:creds:{n}"), "x", ex=60)
-        assert slow_way == 3
+        assert slow_releases == [3]
     finally:
         await client.aclose()
 
