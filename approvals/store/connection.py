@@ -122,9 +122,9 @@ class QuickBlockingPool(BlockingConnectionPool):
     observability counters around every command, and `release` the lock, an event and the
     counters again; here a caller that finds a free connection (or room for a new one) with
     no caller queued before it takes it at once, still checked by `ensure_connection`, and
-    hands it back at once. Anyone else — a full
-    pool, callers already waiting, redis-py's maintenance mode — goes redis-py's way and
-    waits in order, up to `timeout`; a connection coming back wakes the first waiter.
+    hands it back at once. Anyone else — a full pool, callers already waiting, redis-py's
+    maintenance mode — goes redis-py's way and waits in order, up to `timeout`; a
+    connection coming back wakes the first waiter.
     (The bot does not turn on redis-py's OpenTelemetry observability, whose pool-wait
     figures this path does not record.)"""
 
