@@ -6,7 +6,7 @@ import asyncio
 import io
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -913,11 +913,8 @@ async def test_a_long_poll_whose_client_goes_away_leaves_nothing_parked(
     (`handler_cancellation` is off, unlike aiohttp's test server): the Waiter notices the
     closed transport and ends the watch, so the gauge, the Waiter's registry and the
     connection's memory are released long before the wait (30 s here) would end."""
-    from tests.bot.test_metrics import scrape, total
-
     bot = await make_bot()
     assert bot.ctx is not None
-    ctx = bot.ctx
     base = f"http://127.0.0.1:{bot.port}"
     async with aiohttp.ClientSession() as http:
         async with http.post(
@@ -941,17 +938,35 @@ async def test_a_long_poll_whose_client_goes_away_leaves_nothing_parked(
         )
         await writer.drain()
         conns.append((reader, writer))
-    await eventually(lambda: ctx.waiter.waiting == 2, what="two long-polls parked")
-    assert total(await scrape(bot), "approvals_long_polls_parked", via="api") == 2
+    try:
+        await _one_goes_away(bot, rids, conns)
+    finally:
+        for _, writer in conns:
+            writer.close()
+
+
+async def _one_goes_away(
+    bot: Any, rids: list[str], conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+) -> None:
+    from tests.bot.test_metrics import scrape, total
+
+    ctx = bot.ctx
+
+    def parked(n: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return total(await scrape(bot), "approvals_long_polls_parked", via="api") == n
+
+        return check
+
+    # A watch counts in `waiting` from before its read; the gauge once the read found the
+    # request pending: both parked is both.
+    await eventually(lambda: ctx.waiter.waiting == 2, what="two long-polls watched")
+    await eventually(parked(2), what="two long-polls parked")
     gone = conns[0][1]
     gone.close()
     await gone.wait_closed()
     await eventually(lambda: ctx.waiter.waiting == 1, within=20, what="the gone one released")
-
-    async def parked() -> bool:
-        return total(await scrape(bot), "approvals_long_polls_parked", via="api") == 1
-
-    await eventually(parked, what="the gauge back to one")
+    await eventually(parked(1), what="the gauge back to one")
     # The other one is still parked and still wakes on the decision.
     await ctx.service.decide(rids[1], "approve", Actor("U1"))
     reader, writer = conns[1]
