@@ -76,10 +76,6 @@ class Reminders:
             channel, "chat_postMessage", paced=True, once=True, channel=channel, **kwargs
         )
 
-    async def _dm(self, user: str, text: str) -> None:
-        opened = await self.calls.call(user, "conversations_open", users=user)
-        await self._post(str(opened["channel"]["id"]), text=text)
-
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="reminders")
 
@@ -194,7 +190,7 @@ class Reminders:
         sent, retry = 0, None
         for user, text in texts.items():
             try:
-                await self._dm(user, text)
+                await self.calls.dm(user, text, once=True)
                 sent += 1
             except Permanent as e:
                 self.ctx.metrics.reminders_failed.labels(outcome="refused").inc()
@@ -254,7 +250,7 @@ class Reminders:
 
         async def notice() -> bool:
             try:
-                await self._dm(user, f"Your approval request was decided. {text}")
+                await self.calls.dm(user, f"Your approval request was decided. {text}", once=True)
                 told = True
             except (Permanent, Unsure) as e:
                 log.warning("notice not sent id=%s error=%s", request.id, e)

@@ -194,11 +194,16 @@ class SlackCaller:
         logged and the others still get theirs."""
         for user in dict.fromkeys(users):
             try:
-                opened = await self.call(user, "conversations_open", users=user)
-                dm = opened["channel"]["id"]
-                await self.call(dm, "chat_postMessage", channel=dm, paced=True, text=text)
+                await self.dm(user, text)
             except (Permanent, Unsure) as e:
                 log.warning("could not DM reviewer user=%s error=%s", user, e)
+
+    async def dm(self, user: str, text: str, *, once: bool = False) -> None:
+        """One paced DM to `user` (conversations.open, then chat.postMessage); raises as
+        `call` does, and `once` is `call`'s."""
+        opened = await self.call(user, "conversations_open", users=user)
+        dm = str(opened["channel"]["id"])
+        await self.call(dm, "chat_postMessage", channel=dm, paced=True, once=once, text=text)
 
     async def dm_owed(
         self, users: Iterable[str], text: str, sent: Callable[[str], Awaitable[None]]
