@@ -57,7 +57,7 @@ from bench.common import (
 )
 from bot import blocks, ids
 from bot.slack_client import json_body
-from tests.support.e2e import CHANNEL, SIGNING_SECRET, sign
+from tests.support.e2e import CHANNEL, SIGNING_SECRET, click_payload, sign
 
 #: The bot's client commands per complete cycle as `tests/e2e/test_round_trips.py` counts
 #: them (EVALSHA 4, HGETALL 3, XREADGROUP 2, XACK 2, HGET 1, SET 1): `--commands`.
@@ -82,37 +82,10 @@ def _message() -> dict[str, Any]:
 
 
 def _click_form() -> str:
-    message = _message()
-    button = next(
-        el
-        for block in message["blocks"]
-        if block.get("type") == "actions"
-        for el in block["elements"]
-        if el.get("action_id") == ids.APPROVE
+    user = {"id": "U0BENCH", "username": "bench", "name": "bench", "team_id": "T0EMULATED"}
+    payload = click_payload(
+        user, _message(), CHANNEL, ids.APPROVE, "http://127.0.0.1:9/actions/bench"
     )
-    user = {"id": "U0BENCH", "username": "bench", "name": "bench", "team_id": "T0BENCH"}
-    payload = {
-        "type": "block_actions",
-        "user": user,
-        "api_app_id": "A0APPID",
-        "token": "legacy-unused",
-        "team": {"id": "T0BENCH", "domain": "emulated"},
-        "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL},
-        "trigger_id": "1234567890.abcdef12",
-        "channel": {"id": CHANNEL, "name": "approvals"},
-        "message": message,
-        "response_url": "http://127.0.0.1:9/actions/bench",
-        "actions": [
-            {
-                "action_id": ids.APPROVE,
-                "block_id": "approval_actions",
-                "type": "button",
-                "value": button.get("value"),
-                "text": button.get("text"),
-                "action_ts": "1764633601.000200",
-            }
-        ],
-    }
     return urlencode({"payload": json.dumps(payload)})
 
 

@@ -108,6 +108,56 @@ def sign(
     }
 
 
+def click_payload(
+    user: dict[str, Any],
+    message: dict[str, Any],
+    channel: str,
+    action_id: str,
+    response_url: str,
+    value: str | None = None,
+    selected: str | None = None,
+) -> dict[str, Any]:
+    """The `block_actions` payload Slack sends when `user` (`Reviewer._user`'s shape) clicks
+    the element `action_id` of `message` (a button, or a select's option `selected`)."""
+    element: dict[str, Any] = {}
+    for block in message.get("blocks", []):
+        for el in block.get("elements", []) if block.get("type") == "actions" else []:
+            if el.get("action_id") == action_id:
+                element = el
+    assert element, f"no element {action_id!r} in the message"
+    action: dict[str, Any] = {
+        "action_id": action_id,
+        "block_id": "approval_actions",
+        "type": element["type"],
+        "action_ts": f"{time.time():.6f}",
+    }
+    if element["type"] == "button":
+        action["value"] = value if value is not None else element.get("value")
+        action["text"] = element.get("text")
+    else:
+        opts = element.get("options", [])
+        chosen = next(o for o in opts if o["value"] == selected)
+        action["selected_option"] = chosen
+    return {
+        "type": "block_actions",
+        "user": user,
+        "api_app_id": "A0APPID",
+        "token": "legacy-unused",
+        "team": {"id": TEAM, "domain": "emulated"},
+        "container": {
+            "type": "message",
+            "message_ts": message["ts"],
+            "channel_id": channel,
+            "is_ephemeral": False,
+        },
+        "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
+        "channel": {"id": channel, "name": "approvals"},
+        "message": message,
+        "response_url": response_url,
+        "actions": [action],
+    }
+
+
 @dataclass
 class Reviewer:
     """Sends signed interaction payloads to a bot's /slack/events as Slack would."""
@@ -152,43 +202,10 @@ class Reviewer:
         value: str | None = None,
         selected: str | None = None,
     ) -> dict[str, Any]:
-        element: dict[str, Any] = {}
-        for block in message.get("blocks", []):
-            for el in block.get("elements", []) if block.get("type") == "actions" else []:
-                if el.get("action_id") == action_id:
-                    element = el
-        assert element, f"no element {action_id!r} in the message"
-        action: dict[str, Any] = {
-            "action_id": action_id,
-            "block_id": "approval_actions",
-            "type": element["type"],
-            "action_ts": f"{time.time():.6f}",
-        }
-        if element["type"] == "button":
-            action["value"] = value if value is not None else element.get("value")
-            action["text"] = element.get("text")
-        else:
-            opts = element.get("options", [])
-            chosen = next(o for o in opts if o["value"] == selected)
-            action["selected_option"] = chosen
-        return {
-            "type": "block_actions",
-            "user": self._user(),
-            "api_app_id": "A0APPID",
-            "token": "legacy-unused",
-            "team": {"id": TEAM, "domain": "emulated"},
-            "container": {
-                "type": "message",
-                "message_ts": message["ts"],
-                "channel_id": channel,
-                "is_ephemeral": False,
-            },
-            "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
-            "channel": {"id": channel, "name": "approvals"},
-            "message": message,
-            "response_url": self.slack.response_url(f"act-{uuid.uuid4().hex[:6]}"),
-            "actions": [action],
-        }
+        response_url = self.slack.response_url(f"act-{uuid.uuid4().hex[:6]}")
+        return click_payload(
+            self._user(), message, channel, action_id, response_url, value, selected
+        )
 
     async def click(
         self, bot: Bot, message: dict[str, Any], channel: str, action_id: str, **kw: Any
