@@ -144,6 +144,10 @@ class ApprovalEvent(BaseModel):
 #: `json.dumps(value, default=str, ensure_ascii=False)` with its encoder made once (`dumps`
 #: makes one per call when given options: most of a short value's cost).
 _VALUE_JSON = json.JSONEncoder(default=str, ensure_ascii=False).encode
+#: A request's fingerprint text (made once: `json.dumps` with options builds one per call).
+_CANONICAL_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+).encode
 
 
 def default_prompt(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -308,10 +312,7 @@ class ApprovalRequest(BaseModel):
             "route": self.requested_route,
             "answer": [c.kind, list(c.options or ()), c.prompt],
         }
-        canonical = json.dumps(
-            content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
-        )
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return hashlib.sha256(_CANONICAL_JSON(content).encode()).hexdigest()
 
 
 def check_event_size(event: ApprovalEvent) -> int:

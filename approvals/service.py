@@ -136,21 +136,19 @@ class ApprovalService:
             )
         decision = self.policy.evaluate(event, config, requested_route=route)
         policy_route = decision.route
-        effective = config
+        # What the policy says over what the caller asked (one copy, only if anything differs).
+        changes: dict[str, Any] = {}
         if decision.sensitivity != config.sensitivity:
-            effective = config.model_copy(update={"sensitivity": decision.sensitivity})
-        if (
-            policy_route is not None
-            and policy_route.allow_for_session
-            and not effective.allow_for_session
-        ):
-            effective = effective.model_copy(update={"allow_for_session": True})
+            changes["sensitivity"] = decision.sensitivity
+        if policy_route and policy_route.allow_for_session and not config.allow_for_session:
+            changes["allow_for_session"] = True
         tool_grants = bool(policy_route and policy_route.allow_tool_grants)
-        if effective.allow_tool_grants != tool_grants:  # the route's word, never the caller's
-            effective = effective.model_copy(update={"allow_tool_grants": tool_grants})
+        if config.allow_tool_grants != tool_grants:  # the route's word, never the caller's
+            changes["allow_tool_grants"] = tool_grants
         edits = policy_route.allow_edits if policy_route else True
-        if effective.allow_edits != edits:  # the route's word, never the caller's
-            effective = effective.model_copy(update={"allow_edits": edits})
+        if config.allow_edits != edits:  # the route's word, never the caller's
+            changes["allow_edits"] = edits
+        effective = config.model_copy(update=changes) if changes else config
         # The route's deadline wins over the caller's: an agent must not shorten it to reach
         # an `on_timeout: approve` sooner.
         deadline = decision.deadline_seconds or config.deadline_seconds

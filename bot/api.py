@@ -201,14 +201,13 @@ async def read_json(
     when `required`; an empty optional body is None), 422 if it nests deeper than
     `max_depth`. Lone surrogates in strings are read as U+FFFD
     (`approvals.integrations.hook_input`)."""
-    too_large = PayloadTooLarge(f"request body is over the limit of {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
-        raise too_large
+        raise _too_large(limit)
     body = bytearray()
     async for chunk in request.content.iter_chunked(_CHUNK):
         body.extend(chunk)
         if len(body) > limit:
-            raise too_large
+            raise _too_large(limit)
     if not body.strip():
         if required:
             raise APIError(400, "invalid_json", "request body is empty; send a JSON object")
@@ -220,6 +219,10 @@ async def read_json(
     if json_depth(data) > max_depth:  # the store could not store it
         raise InvalidRequest(f"request body is nested deeper than {max_depth} levels")
     return data
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body is over the limit of {limit} bytes")
 
 
 def _query_value(request: web.Request, name: str) -> str | None:

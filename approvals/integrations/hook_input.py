@@ -65,6 +65,8 @@ MAX_HOOK_TIMEOUT_SECONDS = 24 * 3600.0
 MAX_INT_DIGITS = 4300
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A `\uD800` to `\uDFFF` escape, the only way JSON text can carry a surrogate (UTF-8 cannot).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _PERMISSION_REQUEST = re.compile(rb'"hook_event_name"\s*:\s*"PermissionRequest"')
 _PRE_TOOL_USE = re.compile(rb'"hook_event_name"\s*:\s*"PreToolUse"')
 
@@ -139,7 +141,8 @@ def loads(data: bytes | str) -> Any:
         raise
     except ValueError as e:
         raise _Unreadable(f"the body is not JSON ({e})") from e
-    return clean_json(parsed)
+    # Without such an escape no string parsed can hold a surrogate: nothing to clean.
+    return clean_json(parsed) if _SURROGATE_ESCAPE.search(text) else parsed
 
 
 @dataclass(frozen=True)

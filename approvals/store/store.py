@@ -156,11 +156,14 @@ def _guard(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         turns: asyncio.Semaphore | None = getattr(self, "turns", None)
         if turns is None or _ADMITTED.get():
             return await _bounded(self, fn, args, kwargs)
-        try:
-            async with asyncio.timeout(getattr(self, "admission_timeout", None)):
-                await turns.acquire()
-        except TimeoutError as e:
-            raise StoreUnavailable(_UNAVAILABLE) from e
+        if not turns.locked():
+            await turns.acquire()  # a free turn is taken at once: nothing to time out
+        else:
+            try:
+                async with asyncio.timeout(getattr(self, "admission_timeout", None)):
+                    await turns.acquire()
+            except TimeoutError as e:
+                raise StoreUnavailable(_UNAVAILABLE) from e
         admitted = _ADMITTED.set(True)
         try:
             return await _bounded(self, fn, args, kwargs)
@@ -270,23 +273,26 @@ class ApprovalStore:
         never approvable. `grant_id`: the session grant `decision` comes from; if it was
         revoked (or expired) since it was looked up, the request is created pending instead
         (asked on Slack), in the same script as the check."""
-        check_event_size(request.event)
-        metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
-        if metadata_size > MAX_EVENT_BYTES:
-            raise PayloadTooLarge(
-                f"request metadata is {metadata_size} bytes; the limit is {MAX_EVENT_BYTES} "
-                "bytes (2 MiB)"
-            )
         if request.status != "pending":
             raise ValueError("only pending requests can be created")
         now = self.now()
-        request = request.model_copy(update={"created_at": now})
-        if request.deadline_at is None:
+        deadline_at = request.deadline_at
+        if deadline_at is None:
             seconds = request.config.deadline_seconds or self.default_deadline_seconds
-            request = request.model_copy(update={"deadline_at": now + timedelta(seconds=seconds)})
-        assert request.deadline_at is not None
-        deadline_at = from_ts(ts(request.deadline_at))  # canonical precision
-        request = request.model_copy(update={"deadline_at": deadline_at})
+            deadline_at = now + timedelta(seconds=seconds)
+        deadline_at = from_ts(ts(deadline_at))  # canonical precision
+        request = request.model_copy(update={"created_at": now, "deadline_at": deadline_at})
+        stored = request.model_dump_json().encode()
+        # The event and the metadata are parts of the stored text: when it is within the limit
+        # so is each; only a bigger one is measured part by part (the whole may be larger).
+        if len(stored) > MAX_EVENT_BYTES:
+            check_event_size(request.event)
+            metadata_size = len(request.model_dump_json(include={"metadata"}).encode())
+            if metadata_size > MAX_EVENT_BYTES:
+                raise PayloadTooLarge(
+                    f"request metadata is {metadata_size} bytes; the limit is "
+                    f"{MAX_EVENT_BYTES} bytes (2 MiB)"
+                )
         call_id = request.event.call_id
         key = self.keys.request(request.id)
         result = await self._scripts["create"](
@@ -302,7 +308,7 @@ class ApprovalStore:
             ],
             args=[
                 request.id,
-                request.model_dump_json(),
+                stored,
                 ts(now),
                 ts(deadline_at),
                 self._ttl(deadline_at),
