@@ -171,11 +171,18 @@ class Parked(asyncio.Protocol):
 
     # -- the answer -------------------------------------------------------------------------
 
+    def settled(self, watch: Watch) -> None:
+        """The watch was just settled (its `on_settle`, called by the Waiter as the decision
+        lands): answer now, in a context of its own (not the decider's). The done callback
+        that follows finds nothing left to do."""
+        contextvars.Context().run(self.woken, watch)
+
     def woken(self, watch: Watch) -> None:
-        """The watch is done (its done callback)."""
-        if self._watch is not watch:  # the connection went first
+        """The watch is done (its done callback, or `settled`)."""
+        if self._watch is not watch:  # the connection went first, or answered already
             return
         self._watch = None
+        watch.on_settle = None
         self._parking.ended(watch)
         self._parking.answer(self, watch)
 
@@ -256,6 +263,7 @@ class Parking:
         except Exception:  # the socket is ours already; aiohttp's objects are left to the GC
             log.exception("aiohttp's protocol failed to let go of a detached long-poll")
         self.parked += 1
+        watch.on_settle = parked.settled
         watch.add_done_callback(parked.woken, context=self._context)
         return True
 

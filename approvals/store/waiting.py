@@ -61,9 +61,22 @@ class Watch(asyncio.Future[ApprovalRequest]):
     it is decided, or `ApprovalTimeout`, `NotFound`, the `interrupt()` error, `CallerGone`.
 
     One object per wait: no timer (its `deadline` sits in the Waiter's heap), no list (the
-    watches of one request id are chained through `next`)."""
+    watches of one request id are chained through `next`).
 
-    __slots__ = ("deadline", "interruptible", "next", "request_id", "timeout", "transport")
+    `on_settle`, if its owner sets one, is called with the watch as soon as a decision (or a
+    `NotFound`) settles it, before anything else runs: a parked long-poll writes its answer
+    then, not a turn of the event loop later, after the rest of the code that decided (a
+    click's own Slack answer, say). Done callbacks still run as usual."""
+
+    __slots__ = (
+        "deadline",
+        "interruptible",
+        "next",
+        "on_settle",
+        "request_id",
+        "timeout",
+        "transport",
+    )
 
     request_id: str
     timeout: float | None
@@ -71,6 +84,7 @@ class Watch(asyncio.Future[ApprovalRequest]):
     interruptible: bool
     transport: asyncio.BaseTransport | None
     next: Watch | None
+    on_settle: Callable[[Watch], None] | None
 
 
 class _Deadline:
@@ -244,6 +258,7 @@ class Waiter:
         w.deadline = None
         w.interruptible = interruptible
         w.transport = transport
+        w.on_settle = None
         w.next = self._watches.get(request_id)
         self._watches[request_id] = w
         self._count += 1
@@ -492,10 +507,20 @@ class Waiter:
         error: Exception | None = None,
     ) -> None:
         w = self._watches.get(request_id)
+        settled: list[Watch] = []
         while w is not None:
             if not w.done():
                 if error is not None:
                     w.set_exception(error)
                 else:
                     w.set_result(result)  # type: ignore[arg-type]
+                if w.on_settle is not None:
+                    settled.append(w)
             w = w.next
+        # After the walk: a hook may unwatch its watch, which unchains it.
+        for w in settled:
+            hook, w.on_settle = w.on_settle, None
+            try:
+                hook(w)  # type: ignore[misc]
+            except Exception:  # the decider must not fail for it: its done callbacks still run
+                log.exception("a settled watch's hook failed id=%s", request_id)

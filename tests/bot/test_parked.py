@@ -186,6 +186,27 @@ async def test_detached_long_polls_get_the_answer_aiohttp_would_have_written(
 
 
 @on_each_loop
+async def test_a_decision_made_here_answers_the_long_poll_before_its_call_returns(
+    redis_url: str, keys: Keys
+) -> None:
+    """A click (a vote) decided in this process writes the parked long-poll's answer as the
+    vote lands (`Watch.on_settle`), not a turn of the event loop after the rest of the
+    decider's code: by the time `decide` returns, the long-poll is answered and unparked."""
+    async with running_bot(redis_url, keys) as bot:
+        ctx, port = bot.ctx, bot.port
+        assert ctx is not None and port is not None
+        (rid,) = await create(ctx)
+        poll = await Raw.poll(port, rid)
+        await eventually(lambda: parking(bot).parked == 1, what="detached")
+        result = await ctx.service.decide(rid, "approve", Actor("U1"))
+        assert result.status == "decided"
+        assert parking(bot).parked == 0 and gauge(ctx) == 0 and ctx.waiter.waiting == 0
+        code, _, body = await poll.answer()
+        assert (code, json.loads(body)["status"]) == (200, "approved")
+        poll.writer.close()
+
+
+@on_each_loop
 async def test_many_parked_long_polls_decided_at_once_each_get_their_own_decision(
     redis_url: str, keys: Keys
 ) -> None:

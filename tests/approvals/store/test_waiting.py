@@ -4,7 +4,7 @@ under concurrency, transient store errors and the periodic re-read."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 from redis.asyncio import Redis
@@ -15,7 +15,7 @@ from approvals.models import ApprovalEvent, ApprovalRequest, Decision
 from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
+from approvals.store.waiting import Waiter, Watch
 from tests.support import eventually
 from tests.support.redis_proxy import RedisProxy
 
@@ -408,6 +408,47 @@ async def test_a_decision_made_in_this_process_wakes_its_waiters_from_the_cas_re
         assert not lost.won  # a loser delivers nothing
         for w in (mine, theirs):
             waiter.unwatch(w)
+        assert waiter.waiting == 0
+    finally:
+        await waiter.stop()
+
+
+async def test_on_settle_hooks_run_as_the_decision_lands_each_once_even_if_they_unwatch_or_fail(
+    store: ApprovalStore, redis: Redis, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watch's `on_settle` runs before `resolve` returns (the done callbacks a turn of the
+    loop later), once; every watch of the id is settled even when a hook unwatches its own
+    (which unchains it) or raises (logged; the decision and the other hooks stand)."""
+    (rid,) = await new_pending(store, 1)
+    waiter = Waiter(redis, keys, store=NoReads(redis, keys))
+    store.on_decided(waiter.deliver)
+    await waiter.start()
+    try:
+        watches = [waiter.watch(rid, 30) for _ in range(4)]
+        calls: list[tuple[int, str]] = []
+
+        def unwatching(i: int) -> Callable[[Watch], None]:
+            def hook(w: Watch) -> None:
+                calls.append((i, w.result().status))
+                waiter.unwatch(w)
+
+            return hook
+
+        def broken(w: Watch) -> None:
+            raise RuntimeError("a broken hook")
+
+        for i, w in enumerate(watches):
+            w.on_settle = broken if i == 1 else unwatching(i)
+        result = await store.resolve(rid, Decision.approve(by="U1"))
+        assert result.won
+        # No await since: the hooks ran inside resolve, the done callbacks not yet.
+        assert sorted(calls) == [(0, "approved"), (2, "approved"), (3, "approved")]
+        assert all(w.done() and w.result().status == "approved" for w in watches)
+        assert all(w.on_settle is None for w in watches)
+        assert "a settled watch's hook failed" in caplog.text
+        waiter.deliver(result.request)  # settled already: no hook runs twice
+        assert len(calls) == 3
+        waiter.unwatch(watches[1])
         assert waiter.waiting == 0
     finally:
         await waiter.stop()
