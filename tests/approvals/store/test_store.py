@@ -267,6 +267,25 @@ async def test_oversized_request_is_rejected_and_nothing_written(
     assert await all_keys(redis, keys) == []
 
 
+async def test_event_and_metadata_are_each_measured_in_bytes_not_together(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """The limit is on the event and on the metadata, each as UTF-8 bytes: two parts just
+    under it make a stored request over it, which is fine; an event under it in characters
+    but over it in bytes is not."""
+    half = "x" * (MAX_EVENT_BYTES - 1000)
+    event = ApprovalEvent(tool_name="upload", arguments={"blob": half})
+    made = await store.create(ApprovalRequest(event=event, metadata={"transcript": half}))
+    stored = await store.get(made.request.id)
+    assert stored.event.arguments == {"blob": half} and stored.metadata == {"transcript": half}
+    wide = ApprovalEvent(tool_name="upload", arguments={"blob": "é" * (MAX_EVENT_BYTES // 2)})
+    with pytest.raises(PayloadTooLarge, match="2 MiB"):
+        await store.create(ApprovalRequest(event=wide))
+    assert [k async for k in redis.scan_iter(match=keys.request("*"))] == [
+        keys.request(made.request.id)
+    ]
+
+
 async def test_quorum_votes_race_and_count_once(store: ApprovalStore) -> None:
     req = (await store.create(make_request(quorum=3))).request
     first = await store.vote(req.id, "U1", "approve")
