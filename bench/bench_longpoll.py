@@ -38,7 +38,7 @@ from approvals.store.connection import connect
 from approvals.store.keys import Keys
 from approvals.store.store import ApprovalStore
 from bench.bench_e2e import bot_client_names, connections
-from bench.bench_waiters import run_floor
+from bench.bench_waiters import FloorProbe, run_floor
 from bench.common import (
     LeanHttp,
     add_redis_arguments,
@@ -509,7 +509,9 @@ async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dic
     decides its request: even samples by a signed Approve click through slack-bolt, odd ones by
     the store's compare-and-set from this process (what `approval-bot approve` does). With
     `--compare-with DIR` a second bot runs DIR's code beside this one, and the samples
-    alternate between the two, so both see the same machine load."""
+    alternate between the two, so both see the same machine load. Halfway between two
+    samples a bare PUBLISH goes to a subscriber in another process: the floor at the samples'
+    own pace (`floor_paced`), the one the targets are judged against."""
     checkouts: list[tuple[str, str | None]] = [("this", None)]
     if args.compare_with:
         checkouts.append(("other", args.compare_with))
@@ -537,15 +539,28 @@ async def latency_phase(url: str, admin: Redis, args: argparse.Namespace) -> dic
         }
         if args.profile_bot:
             sides[0].bot.proc.send_signal(signal.SIGUSR2)
+        floor = FloorProbe(admin, url, args.samples)
+        await floor.start()
         start = time.perf_counter()
-        for k in range(args.samples):
-            await pace(start, k, args.rate)
-            for side in sides if (k // 2) % 2 == 0 else sides[::-1]:
-                await one_sample(side, k, posts, http, reviewer)
+        try:
+            for k in range(args.samples):
+                await pace(start, k, args.rate)
+                for side in sides if (k // 2) % 2 == 0 else sides[::-1]:
+                    await one_sample(side, k, posts, http, reviewer)
+                await pace(start, k + 0.5, args.rate)
+                await floor.send(k)
+        except BaseException:
+            floor.proc.terminate()
+            raise
+        floor_paced = await floor.finish() | {"rate": args.rate}
         if args.profile_bot:
             sides[0].bot.proc.send_signal(signal.SIGUSR2)
             await asyncio.sleep(1)
-        out: dict[str, Any] = {"background": args.background, "checkouts": {}}
+        out: dict[str, Any] = {
+            "background": args.background,
+            "floor_paced": floor_paced,
+            "checkouts": {},
+        }
         for side in sides:
             errors, retried = await side.agents.ask("release")
             out["checkouts"][side.label] = {
@@ -624,7 +639,12 @@ def judge(r: dict[str, Any]) -> dict[str, Any]:
             ),
         }
     if r.get("latency"):
-        floor = r["floor"]["from_call"]
+        # Judged against the floor measured between the samples, at their pace: a hop that
+        # comes after tens of ms of quiet costs more (caches gone cold) than one of a stream
+        # at 1,000/s, for the bot and the bare subscriber alike (bench/README.md). The
+        # back-to-back floor is kept beside it, for context.
+        floor = r["latency"]["floor_paced"]["from_call"]
+        fast = r["floor"]["from_call"]
         lat = r["latency"]["checkouts"]["this"]
         for kind in ("cas", "click"):
             p99 = lat[kind]["p99_ms"]
@@ -636,6 +656,9 @@ def judge(r: dict[str, Any]) -> dict[str, Any]:
                 # For context, not judged: a floor whose p99 is many times its p50 is host
                 # jitter, and a ratio of p99s then says little.
                 "p50_ratio": round(p50 / floor["p50_ms"], 1) if p50 and floor["p50_ms"] else None,
+                "ratio_vs_back_to_back_floor": (
+                    round(p99 / fast["p99_ms"], 1) if p99 and fast["p99_ms"] else None
+                ),
                 "result": verdict(p99 is not None and p99 <= FLOOR_FACTOR * floor["p99_ms"]),
             }
     return out
@@ -704,11 +727,15 @@ def print_report(r: dict[str, Any]) -> None:
             )
         )
     if r.get("latency"):
-        lat, floor = r["latency"], r["floor"]
+        lat, fast, paced = r["latency"], r["floor"], r["latency"]["floor_paced"]
         print(f"\nlatency, ms, with {lat['background']} other long-polls parked")
         rows = [
-            ["bare PUBLISH → subscriber (floor)", "", floor["from_call"]["n"]]
-            + [floor["from_call"][k] for k in ("p50_ms", "p99_ms", "max_ms")]
+            [f"bare PUBLISH → subscriber, {label}", "", f["from_call"]["n"]]
+            + [f["from_call"][k] for k in ("p50_ms", "p99_ms", "max_ms")]
+            for label, f in (
+                (f"back to back at {fast['rate']:g}/s", fast),
+                (f"between the samples (floor, {paced['rate']:g}/s)", paced),
+            )
         ]
         for label, side in lat["checkouts"].items():
             for kind, path in (
@@ -725,7 +752,7 @@ def print_report(r: dict[str, Any]) -> None:
     for name, v in r["targets"].items():
         figures = {k: x for k, x in v.items() if k != "result"}
         print(f"  {name}: {json.dumps(figures)}  {v['result']}")
-    floor_ms = r.get("floor", {}).get("from_call", {})
+    floor_ms = r.get("latency", {}).get("floor_paced", {}).get("from_call", {})
     if r.get("latency") and floor_ms.get("p50_ms") and floor_ms.get("p99_ms"):
         spread = floor_ms["p99_ms"] / floor_ms["p50_ms"]
         if spread > JITTER_SPREAD:
@@ -755,6 +782,7 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         if args.samples:
             print("# floor: bare PUBLISH → subscriber", flush=True)
             result["floor"] = await run_floor(admin, url, args.floor_messages, args.floor_rate)
+            result["floor"]["rate"] = args.floor_rate
             print(f"# latency: {args.samples} decisions, {args.background} parked", flush=True)
             result["latency"] = await latency_phase(url, admin, args)
         if args.bare:

@@ -371,33 +371,63 @@ async def run_polling(redis: Redis, pollers: int, period: float, seed: int) -> d
         await delete_prefix(redis, keys)
 
 
+class FloorProbe:
+    """Bare PUBLISHes from this process → a redis-py subscriber in another process, one at a
+    time, whenever the caller sends one: `run_floor` sends them back to back at a fixed
+    rate; `bench_longpoll` sends one between two timed decisions, so the floor is measured
+    at the decisions' own pace, on a machine as idle between two of them as the bot is."""
+
+    def __init__(self, redis: Redis, url: str, count: int) -> None:
+        self.redis, self.url, self.count = redis, url, count
+        self.channel = f"bench-floor-{uuid.uuid4().hex[:10]}"
+        self.called: dict[int, float] = {}
+        self.acked: dict[int, float] = {}
+
+    async def start(self) -> None:
+        name = f"bench-sub-{self.channel}"
+        self.proc, self.conn = spawn(subscriber_side, self.url, self.channel, self.count, name)
+        try:
+            await recv(self.conn, 60)
+        except BaseException:
+            self.proc.terminate()
+            raise
+
+    async def send(self, seq: int) -> None:
+        self.called[seq] = time.time()
+        await self.redis.publish(self.channel, str(seq))
+        self.acked[seq] = time.time()
+
+    async def finish(self) -> dict[str, Any]:
+        try:
+            got = await recv(self.conn, 30)
+            arrivals: dict[int, float] = got["arrivals"]
+            await asyncio.to_thread(self.proc.join, 10)
+        finally:
+            if self.proc.is_alive():
+                self.proc.terminate()
+        return {
+            "messages": len(self.called),
+            "received": len(arrivals),
+            "connection_lost": got["connection_lost"],
+            "from_call": summarize_ms([t - self.called[s] for s, t in arrivals.items()]),
+            "from_ack": summarize_ms([t - self.acked[s] for s, t in arrivals.items()]),
+        }
+
+
 async def run_floor(redis: Redis, url: str, count: int, rate: float) -> dict[str, Any]:
-    """A bare PUBLISH from here → a redis-py subscriber in another process."""
-    channel = f"bench-floor-{uuid.uuid4().hex[:10]}"
-    proc, conn = spawn(subscriber_side, url, channel, count, f"bench-sub-{channel}")
+    """A bare PUBLISH from here → a redis-py subscriber in another process, `count` of them
+    at `rate` per second."""
+    probe = FloorProbe(redis, url, count)
+    await probe.start()
     try:
-        await recv(conn, 60)
-        called: dict[int, float] = {}
-        acked: dict[int, float] = {}
         start = time.perf_counter()
         for seq in range(count):
             await pace(start, seq, rate)
-            called[seq] = time.time()
-            await redis.publish(channel, str(seq))
-            acked[seq] = time.time()
-        got = await recv(conn, 30)
-        arrivals: dict[int, float] = got["arrivals"]
-        await asyncio.to_thread(proc.join, 10)
-    finally:
-        if proc.is_alive():
-            proc.terminate()
-    return {
-        "messages": count,
-        "received": len(arrivals),
-        "connection_lost": got["connection_lost"],
-        "from_call": summarize_ms([t - called[s] for s, t in arrivals.items()]),
-        "from_ack": summarize_ms([t - acked[s] for s, t in arrivals.items()]),
-    }
+            await probe.send(seq)
+    except BaseException:
+        probe.proc.terminate()
+        raise
+    return await probe.finish()
 
 
 # -- report ------------------------------------------------------------------------------------

@@ -246,7 +246,7 @@ async def recv(conn: Connection, within: float) -> Any:
     return conn.recv()
 
 
-async def pace(start: float, k: int, rate: float) -> None:
+async def pace(start: float, k: float, rate: float) -> None:
     """Sleep until slot `k` of a fixed-rate schedule that began at `start` (perf_counter):
     a slow call does not push the later ones back (no coordinated omission)."""
     delay = start + k / rate - time.perf_counter()
