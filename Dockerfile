@@ -1,23 +1,27 @@
 # approval-bot: `docker build -t approval-bot .` then see docker-compose.yml.
 # Two stages: the wheel is built from this repository in the first; the second is a slim
-# runtime with only the installed package, run as a non-root user.
+# runtime that installs the runtime lock (requirements/serve.txt, hash-checked) and then
+# the wheel without dependencies, run as a non-root user.
 
 FROM python:3.12-slim AS build
 WORKDIR /src
+COPY requirements ./requirements
+RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/serve.txt
 COPY pyproject.toml README.md ./
 COPY approvals ./approvals
 COPY bot ./bot
-RUN pip install --no-cache-dir build==1.2.2 \
-    && python -m build --wheel --outdir /wheels .
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 FROM python:3.12-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PORT=3000 \
     APPROVALS_DATA_DIR=/var/lib/approval-bot
+COPY requirements/serve.txt /tmp/serve.txt
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl \
-    && rm -rf /wheels \
+RUN pip install --no-cache-dir --require-hashes --no-deps -r /tmp/serve.txt \
+    && pip install --no-cache-dir --no-deps /wheels/*.whl \
+    && rm -rf /wheels /tmp/serve.txt \
     && groupadd --system --gid 10001 approval \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/approval-bot \
        --create-home approval

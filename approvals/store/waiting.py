@@ -32,6 +32,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
@@ -179,7 +180,9 @@ class Waiter:
         self._tasks = []
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+                # Through Any: typed from redis-py 8.2 on, untyped before (see connect()).
+                close: Any = self._pubsub.aclose
+                await close()
             self._pubsub = None
         for w in self._all():
             w.cancel()
