@@ -35,8 +35,10 @@ DEV = pins("dev.txt")
 
 
 def requirements(group: str | None) -> list[Requirement]:
-    raw = PYPROJECT["project"]["dependencies"] if group is None else (
-        PYPROJECT["project"]["optional-dependencies"][group]
+    raw = (
+        PYPROJECT["project"]["dependencies"]
+        if group is None
+        else (PYPROJECT["project"]["optional-dependencies"][group])
     )
     return [Requirement(line) for line in raw]
 
@@ -71,8 +73,8 @@ def test_each_pin_is_inside_the_range_pyproject_allows() -> None:
 
 def test_the_scripts_and_the_image_install_from_the_locks() -> None:
     bootstrap = (ROOT / "scripts" / "bootstrap").read_text()
-    assert "--require-hashes" in bootstrap and 'requirements/$profile.txt' in bootstrap
-    assert "bootstrap\" --serve" in (ROOT / "scripts" / "serve").read_text()
+    assert "--require-hashes" in bootstrap and "requirements/$profile.txt" in bootstrap
+    assert 'bootstrap" --serve' in (ROOT / "scripts" / "serve").read_text()
     assert "scripts/bootstrap --dev" in (ROOT / "scripts" / "test").read_text()
     assert "scripts/lock --check" in (ROOT / ".ci" / "run").read_text()
     dockerfile = (ROOT / "Dockerfile").read_text()
