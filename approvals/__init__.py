@@ -8,7 +8,7 @@
 Every public name is listed in `__all__` and importable from here; the modules
 that define them may move. Names are imported on first use, so `import approvals`
 stays cheap (no Redis, aiohttp or pydantic until something needs them). The
-subpackages `approvals.store` and the modules marked "Internal" are not a stable
+subpackages `approvals._internal.store` and the modules marked "Internal" are not a stable
 API; `approvals.integrations` holds the adapters for optional frameworks
 (OpenAI Agents SDK, LangGraph), imported from there because they need extras.
 """
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from approvals.approval import Approval
-    from approvals.callbacks import Callback
     from approvals.client import ApprovalClient, SyncApprovalClient
     from approvals.errors import (
         AlreadyDecided,
@@ -40,21 +39,9 @@ if TYPE_CHECKING:
         current_approval,
         require_approval,
     )
-    from approvals.hooks import (
-        Allow,
-        Async,
-        AwaitResult,
-        Deny,
-        Hook,
-        HookLike,
-        ReviewResult,
-        StaticPolicyHook,
-        Verdict,
-        run_hook,
-    )
-    from approvals.integrations.bot_review import SlackApprovalHook
     from approvals.integrations.coding_agents import answer_hook
     from approvals.integrations.hook_input import time_budget
+    from approvals.integrations.slack_review import SlackApprovalHook
     from approvals.models import (
         ApprovalConfig,
         ApprovalEvent,
@@ -66,11 +53,24 @@ if TYPE_CHECKING:
         Sensitivity,
         Status,
     )
+    from approvals.review import (
+        Allow,
+        Async,
+        AwaitResult,
+        Deny,
+        Hook,
+        HookLike,
+        ReviewResult,
+        StaticPolicyHook,
+        Verdict,
+        run_hook,
+    )
+    from approvals.webhooks import Callback
 
 #: Where each public name is defined (read on first access of the name).
 _SOURCES: dict[str, str] = {
     "Approval": "approvals.approval",
-    "Callback": "approvals.callbacks",
+    "Callback": "approvals.webhooks",
     "ApprovalClient": "approvals.client",
     "SyncApprovalClient": "approvals.client",
     "AlreadyDecided": "approvals.errors",
@@ -88,17 +88,17 @@ _SOURCES: dict[str, str] = {
     "ToolDenied": "approvals.gate",
     "current_approval": "approvals.gate",
     "require_approval": "approvals.gate",
-    "Allow": "approvals.hooks",
-    "Async": "approvals.hooks",
-    "AwaitResult": "approvals.hooks",
-    "Deny": "approvals.hooks",
-    "Hook": "approvals.hooks",
-    "HookLike": "approvals.hooks",
-    "ReviewResult": "approvals.hooks",
-    "StaticPolicyHook": "approvals.hooks",
-    "Verdict": "approvals.hooks",
-    "run_hook": "approvals.hooks",
-    "SlackApprovalHook": "approvals.integrations.bot_review",
+    "Allow": "approvals.review",
+    "Async": "approvals.review",
+    "AwaitResult": "approvals.review",
+    "Deny": "approvals.review",
+    "Hook": "approvals.review",
+    "HookLike": "approvals.review",
+    "ReviewResult": "approvals.review",
+    "StaticPolicyHook": "approvals.review",
+    "Verdict": "approvals.review",
+    "run_hook": "approvals.review",
+    "SlackApprovalHook": "approvals.integrations.slack_review",
     "answer_hook": "approvals.integrations.coding_agents",
     "time_budget": "approvals.integrations.hook_input",
     "ApprovalConfig": "approvals.models",

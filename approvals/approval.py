@@ -1,7 +1,7 @@
 """`Approval`: the approval object — an approval request as agents see it.
 
 Defined once, here: the HTTP API answers with it (`approval_object`), its OpenAPI schema is
-generated from it (`bot/schemas.py`), the CLI prints it as JSON, and every transport returns
+generated from it (`bot/http/schemas.py`), the CLI prints it as JSON, and every transport returns
 it, so code written against one runs unchanged on the other.
 """
 
@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from approvals.callbacks import Callback
 from approvals.errors import AlreadyDecided
 from approvals.models import (
     ApprovalConfig,
@@ -25,6 +24,7 @@ from approvals.models import (
     Status,
     Vote,
 )
+from approvals.webhooks import Callback
 
 
 class Approval(BaseModel):

@@ -22,10 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from approvals._internal.transports import ThreadedTransport, Transport, transport_factory
 from approvals.approval import Approval
-from approvals.callbacks import Callback, as_callback
 from approvals.errors import AlreadyDecided, ApprovalError, ApprovalTimeout, InvalidRequest
-from approvals.hooks import TIMEOUT_REASON
 from approvals.models import (
     ApprovalConfig,
     ApprovalEvent,
@@ -34,7 +33,8 @@ from approvals.models import (
     GateRequest,
     normalize_config,
 )
-from approvals.transports import ThreadedTransport, Transport, transport_factory
+from approvals.review import TIMEOUT_REASON
+from approvals.webhooks import Callback, as_callback
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ the canonical parsed arguments. Approve → the function runs, the `Decision`
 available from `current_approval()` and as `approval=` if it declares that
 parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>").
 A failing reviewer gives `ApprovalFailed`, never a denial. `on_deny="raise"`
-raises `ToolDenied` / `ReviewFailed` instead. Default: a y/N TTY prompt (`approvals.terminal`).
+raises `ToolDenied` / `ReviewFailed` instead. Default: a y/N TTY prompt
+(`approvals._internal.terminal`).
 The design in context: docs/ARCHITECTURE.md, "In-process review".
 """
 
@@ -26,9 +27,8 @@ from typing import Any, Literal, ParamSpec, Protocol, Self, TypeVar, cast, overl
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
+from approvals._internal.terminal import TerminalApprover, default_handler
 from approvals.errors import ApprovalError, InvalidRequest
-from approvals.hooks import TIMEOUT_REASON, Allow, HookLike, call_maybe_async, is_async_callable
-from approvals.hooks import run_hook as _run_hook
 from approvals.models import (
     DEFAULT_DEADLINE_SECONDS,
     MAX_TEXT,
@@ -40,7 +40,14 @@ from approvals.models import (
     default_prompt,
     normalize_config,
 )
-from approvals.terminal import TerminalApprover, default_handler
+from approvals.review import (
+    TIMEOUT_REASON,
+    Allow,
+    HookLike,
+    call_maybe_async,
+    is_async_callable,
+)
+from approvals.review import run_hook as _run_hook
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from approvals.callbacks import Callback
 from approvals.errors import InvalidRequest, PayloadTooLarge
+from approvals.webhooks import Callback
 
 #: A request with no deadline of its own expires after this long.
 DEFAULT_DEADLINE_SECONDS = 24 * 3600
@@ -26,7 +26,7 @@ Sensitivity = Literal["low", "pii", "secret"]
 EventKind = Literal["tool", "command", "file", "permissions"]
 Status = Literal["pending", "approved", "denied", "expired", "cancelled", "error"]
 Outcome = Literal["approve", "deny", "error"]
-#: What an approve-for-session grant allows (`approvals/grants.py`).
+#: What an approve-for-session grant allows (`approvals/_internal/grant_scopes.py`).
 GrantScope = Literal["call", "prefix", "tool"]
 
 TERMINAL_STATUSES: frozenset[str] = frozenset(
@@ -269,13 +269,13 @@ class ApprovalRequest(BaseModel):
     escalations: int = 0
     message: SlackMessage | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    #: Where to POST the signed approval object once decided (`approvals/callbacks.py`).
+    #: Where to POST the signed approval object once decided (`approvals/webhooks.py`).
     callback: Callback | None = None
     #: Who asked: the API token's principal (None: a trusted in-process or Redis caller).
     principal: str | None = Field(default=None, max_length=64)
     #: The route the caller asked for (a policy route name), if any.
     requested_route: str | None = Field(default=None, max_length=100)
-    #: A reviewer's edit awaiting the quorum's votes (`approvals/edits.py`).
+    #: A reviewer's edit awaiting the quorum's votes (`approvals/_internal/edits.py`).
     proposal: Proposal | None = None
     #: A Slack user id the caller asked to be told the outcome (a DM); never an actor.
     notify: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,20}$")

@@ -78,7 +78,7 @@ CODEX_INPUT = {
 def command() -> list[str]:
     """The installed console script next to this interpreter (what agents run)."""
     script = Path(sys.executable).with_name("approval-bot")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "bot.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bot.cli.main"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -7,7 +7,8 @@ runs right after itself finds its code and data in the CPU's caches; one that ru
 milliseconds of other work or of sleep does not. This times four steps of a decision's path,
 each `--samples` times back to back, then with a pause before each one (asleep, and busy in
 a loop that touches nothing of the step's): a stored request parsed (`ApprovalStore`'s read,
-pydantic), a request message drawn (`bot.blocks`, with the masking), one Redis round trip
+pydantic), a request message drawn (`bot.slack.render.request_message`, with the masking), one
+Redis round trip
 (HGETALL through redis-py, hiredis) and a bare PUBLISH → subscriber in this process. p50 µs
 of each, and the ratio to back to back. See bench/README.md ("Cold steps").
 """
@@ -23,11 +24,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent, ApprovalRequest
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
 from bench.common import add_redis_arguments, delete_prefix, machine, run_against_redis, table
-from bot import blocks
+from bot.slack.render import request_message as blocks
 
 PAUSES_MS = (1.0, 10.0, 50.0)
 

@@ -35,8 +35,12 @@ from urllib.parse import urlencode
 import aiohttp
 from redis.asyncio import Redis
 
-from approvals.store.connection import DEFAULT_MAX_CONNECTIONS, cancel_and_wait, connect
-from approvals.store.keys import Keys
+from approvals._internal.store.connection import (
+    DEFAULT_MAX_CONNECTIONS,
+    cancel_and_wait,
+    connect,
+)
+from approvals._internal.store.keys import Keys
 from bench.common import (
     add_redis_arguments,
     count_clients,
@@ -52,10 +56,10 @@ from bench.common import (
     verdict,
     wait_healthz,
 )
-from bot import ids
-from bot.app import Bot, BotConfig
-from bot.dispatcher import DispatcherOptions
-from bot.metrics import Metrics
+from bot.core.app import Bot, BotConfig
+from bot.ops.metrics import Metrics
+from bot.slack import action_ids as ids
+from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, Reviewer, sign
 from tests.support.slack_emulator import Call, SlackEmulator
 

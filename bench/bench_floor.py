@@ -14,13 +14,14 @@ part's own:
   answered with an approval object (the long-poll's answer), over `--concurrency`
   keep-alive connections (`bench.common.LeanHttp`, whose own CPU stays in this process).
 - **slack-bolt on aiohttp**: a signed `block_actions` POST carrying a real request message
-  (`bot.blocks.request_message`), dispatched as the bot does (`bot.bolt_requests`, the
+  (`bot.slack.render.request_message.request_message`), dispatched as the bot does
+  (`bot.slack.bolt_requests`, the
   app's `async_dispatch`, bolt's aiohttp response), to one action listener that acks.
-- **aiohttp client**: a JSON POST of a real request message (`bot.slack_client.json_body`),
+- **aiohttp client**: a JSON POST of a real request message (`bot.slack.client.json_body`),
   its JSON answer read (`MaskingWebClient.post_json`'s calls), answered by a bare asyncio
   server in this process.
 - **redis-py**: EVALSHA of a script that returns a request-sized hash, and HGETALL of that
-  hash, on the bot's own pool (`approvals.store.connection.connect`: hiredis, C packing).
+  hash, on the bot's own pool (`approvals._internal.store.connection.connect`: hiredis, C packing).
 - **pub/sub**: a message read by a redis-py subscriber with the Waiter's read loop.
 
 The floor is their sum for one cycle; nothing of the bot's own work (policy, models, the
@@ -42,9 +43,9 @@ from urllib.parse import urlencode
 import aiohttp
 from aiohttp import web
 
+from approvals._internal.store.connection import connect
 from approvals.approval import approval_json
 from approvals.models import ApprovalEvent, ApprovalRequest
-from approvals.store.connection import connect
 from bench.common import (
     LeanHttp,
     add_redis_arguments,
@@ -55,8 +56,9 @@ from bench.common import (
     spawn,
     table,
 )
-from bot import blocks, ids
-from bot.slack_client import json_body
+from bot.slack import action_ids as ids
+from bot.slack.client import json_body
+from bot.slack.render import request_message as blocks
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, click_payload, sign
 
 #: The bot's client commands per complete cycle as `tests/e2e/test_round_trips.py` counts
@@ -93,7 +95,7 @@ def _click_form() -> str:
 
 
 def _child(conn: Connection, part: str, arg: Any) -> None:
-    from bot.cli import event_loop_factory, tune_gc_for_serving
+    from bot.cli.serve import event_loop_factory, tune_gc_for_serving
 
     body = _CHILDREN[part]
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
@@ -143,7 +145,7 @@ async def _bolt_child(conn: Connection, _: Any) -> None:
     from slack_bolt.async_app import AsyncApp
     from slack_bolt.authorization import AuthorizeResult
 
-    from bot.bolt_requests import to_bolt_request
+    from bot.slack.bolt_requests import to_bolt_request
 
     async def authorize(**_: Any) -> AuthorizeResult:
         return AuthorizeResult(

@@ -27,8 +27,8 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
 from bench.bench_e2e import (
     API_TOKEN,
     SlackLedger,
@@ -48,7 +48,7 @@ from bench.common import (
     table,
     verdict,
 )
-from bot import ids
+from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, Reviewer, sign
 from tests.support.slack_emulator import SlackEmulator
 

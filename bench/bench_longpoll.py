@@ -33,10 +33,10 @@ from urllib.parse import urlencode
 import aiohttp
 from redis.asyncio import Redis
 
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
 from approvals.models import Decision
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
 from bench.bench_e2e import bot_client_names, connections
 from bench.bench_waiters import FloorProbe, run_floor
 from bench.common import (
@@ -56,7 +56,7 @@ from bench.common import (
     verdict,
     wait_healthz,
 )
-from bot import ids
+from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, Reviewer, sign
 from tests.support.slack_emulator import SlackEmulator
 
@@ -83,7 +83,7 @@ if len(sys.argv) > 1:  # SIGUSR2 starts a cProfile of the bot, the next one writ
             profile.enable()
         on[0] = not on[0]
     signal.signal(signal.SIGUSR2, toggle)
-from bot.cli import main
+from bot.cli.main import main
 sys.exit(main(["serve"]))
 """
 
@@ -108,7 +108,7 @@ async def main(port):
     await web.TCPSite(runner, '127.0.0.1', port).start()
     await asyncio.Event().wait()
 signal.signal(signal.SIGUSR1, lambda *a: gc.collect())
-from bot.cli import event_loop_factory  # the bot's event loop (uvloop when installed)
+from bot.cli.serve import event_loop_factory  # the bot's event loop (uvloop when installed)
 factory = event_loop_factory()
 if factory is None:
     asyncio.run(main(int(sys.argv[1])))

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
-from bot import blocks
-from bot.masking import clear_cache, mask_text, outbound
-from bot.secret_rules import normalise
+from bot.masking.masker import clear_cache, mask_text, outbound
+from bot.masking.rules import normalise
+from bot.slack.render import request_message as blocks
 from tests.support.secret_corpus import FAKES, NEAR_MISSES
 
 ORDINARY = "Deploy web to production with 3 replicas (task-42), see https://example.com/a?b=c " * 6
@@ -54,7 +54,7 @@ def ours(repeat: int) -> dict[str, float]:
     )
 
     def fresh(fn: Callable[[], Any]) -> Callable[[], Any]:
-        """`fn` with bot.masking's cache emptied first: the cost of masking afresh."""
+        """`fn` with bot.masking.masker's cache emptied first: the cost of masking afresh."""
 
         def run() -> Any:
             clear_cache()

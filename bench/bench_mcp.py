@@ -32,14 +32,14 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from approvals.policy_file import default_policy
-from approvals.service import Actor, ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
+from approvals._internal.policy_file import default_policy
+from approvals._internal.service import Actor, ApprovalService
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
 from bench.common import add_redis_arguments, delete_prefix, machine, redis_server, summarize_ms
 from bench.common import table as render
-from bot.app import Bot
+from bot.core.app import Bot
 from tests.support.e2e import bot_config
 from tests.support.mcp import agent_env, approval_bot
 

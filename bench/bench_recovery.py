@@ -25,12 +25,12 @@ import time
 import uuid
 from typing import Any
 
+from approvals._internal.policy_file import default_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
 from approvals.models import ApprovalEvent
-from approvals.policy_file import default_policy
-from approvals.service import ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
 from bench.common import (
     add_redis_arguments,
     delete_prefix,
@@ -39,7 +39,7 @@ from bench.common import (
     redis_server,
     table,
 )
-from bot.app import Bot, BotConfig
+from bot.core.app import Bot, BotConfig
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 from tests.support.slack_emulator import SlackEmulator
 
@@ -62,7 +62,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
         "LOG_LEVEL": "WARNING",
     }
     victim = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "serve", env=env, stderr=asyncio.subprocess.DEVNULL
+        sys.executable, "-m", "bot.cli.main", "serve", env=env, stderr=asyncio.subprocess.DEVNULL
     )
     survivor = Bot(
         BotConfig(

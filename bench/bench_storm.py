@@ -31,10 +31,10 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from approvals._internal.service import Actor
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent
-from approvals.service import Actor
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
 from bench.common import (
     add_redis_arguments,
     delete_prefix,
@@ -44,9 +44,9 @@ from bench.common import (
     table,
     verdict,
 )
-from bot import ids
-from bot.app import Bot, BotConfig
-from bot.dispatcher import DispatcherOptions
+from bot.core.app import Bot, BotConfig
+from bot.slack import action_ids as ids
+from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 from tests.support.slack_emulator import Call, SlackEmulator
 

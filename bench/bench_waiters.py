@@ -28,11 +28,11 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.waiting import Waiter
 from approvals.models import ApprovalEvent, ApprovalRequest, Decision
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
 from bench.common import (
     GcPauses,
     add_redis_arguments,

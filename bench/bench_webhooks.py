@@ -30,12 +30,12 @@ import aiohttp
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.webhooks import WebhookSecrets
 from approvals.models import Decision
-from approvals.policy_file import parse_policy
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.webhooks import WebhookSecrets
 from bench.common import (
     add_redis_arguments,
     delete_prefix,
@@ -45,8 +45,8 @@ from bench.common import (
     summarize_ms,
     table,
 )
-from bot.app import Bot, BotConfig
-from bot.webhooks import WebhookOptions
+from bot.core.app import Bot, BotConfig
+from bot.workers.webhooks import WebhookOptions
 
 API_TOKEN = "bench-token"
 #: The principal the API token names: its secret signs the webhooks.

@@ -30,7 +30,7 @@ import aiohttp
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from bot import embedded_redis
+from bot.ops import embedded_redis
 from tests.support import delete_prefix as delete_prefix  # re-exported for the scripts
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 
@@ -71,7 +71,7 @@ def redis_server(explicit_url: str | None = None, *, embedded: bool = False) -> 
 
     An explicit `--redis-url` must answer PING (else `SystemExit`); otherwise
     `REDIS_URL` (or 127.0.0.1:6379) is used when it answers, and failing that (or
-    with `embedded`) a throwaway server from `bot.embedded_redis` is started and
+    with `embedded`) a throwaway server from `bot.ops.embedded_redis` is started and
     stopped at the end.
     """
     if explicit_url and embedded:

@@ -81,7 +81,7 @@ def main() -> int:
     profiler = Deterministic(out) if out.endswith(".pstats") else Sampler(out)
     signal.signal(signal.SIGUSR1, lambda signum, frame: profiler.enable())
     signal.signal(signal.SIGUSR2, lambda signum, frame: profiler.disable())
-    from bot.cli import main as cli_main
+    from bot.cli.main import main as cli_main
 
     return cli_main(["serve", *sys.argv[2:]])
 

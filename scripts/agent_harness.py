@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from approvals.store.connection import connect  # noqa: E402
-from approvals.store.keys import Keys  # noqa: E402
-from approvals.store.store import ApprovalStore  # noqa: E402
-from bot import embedded_redis  # noqa: E402
+from approvals._internal.store.connection import connect  # noqa: E402
+from approvals._internal.store.keys import Keys  # noqa: E402
+from approvals._internal.store.store import ApprovalStore  # noqa: E402
+from bot.ops import embedded_redis  # noqa: E402
 from tests.support.fake_models import FakeModels  # noqa: E402
 
 PACKAGES = {

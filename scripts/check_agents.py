@@ -44,7 +44,7 @@ from agent_harness import (
     setup_hooks,
 )
 
-from bot import embedded_redis
+from bot.ops import embedded_redis
 
 DEFAULT_VERSION = {"claude-code": "2.1.197", "codex": "0.171.0"}
 HOOK_TIMEOUT = 30
@@ -319,7 +319,7 @@ def trust_as_is(hooks_json: Path, project: Path, codex: Path, env: dict[str, str
     """Trust the hooks file as edited (setup would rewrite it), through Codex's app-server."""
     import io
 
-    from bot.codex_app_server import trust_our_hooks
+    from bot.agents.codex_app_server import trust_our_hooks
 
     data = json.loads(hooks_json.read_text())
     wanted = [

@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from agent_harness import install  # noqa: E402
 
-from approvals.policy_file import default_policy  # noqa: E402
-from approvals.service import Actor, ApprovalService  # noqa: E402
-from approvals.store.connection import connect  # noqa: E402
-from approvals.store.keys import Keys  # noqa: E402
-from approvals.store.store import ApprovalStore  # noqa: E402
-from bot import embedded_redis  # noqa: E402
+from approvals._internal.policy_file import default_policy  # noqa: E402
+from approvals._internal.service import Actor, ApprovalService  # noqa: E402
+from approvals._internal.store.connection import connect  # noqa: E402
+from approvals._internal.store.keys import Keys  # noqa: E402
+from approvals._internal.store.store import ApprovalStore  # noqa: E402
+from bot.ops import embedded_redis  # noqa: E402
 from tests.support.fake_models import FakeModels  # noqa: E402
 
 REVIEWER = Actor("U0CHECK", via="slack")
@@ -109,7 +109,7 @@ async def main_async(version: str) -> int:
                         "mcpServers": {
                             "approvals": {
                                 "command": PYTHON,
-                                "args": ["-m", "bot.cli", "mcp", "--progress-interval", "2"],
+                                "args": ["-m", "bot.cli.main", "mcp", "--progress-interval", "2"],
                                 "env": agent_env,
                             }
                         }
@@ -153,7 +153,7 @@ async def main_async(version: str) -> int:
             # 3. defer: the PreToolUse command hook defers; resume after the approval
             project = work / "project"
             (project / ".claude").mkdir(parents=True)
-            hook = f"{PYTHON} -m bot.cli hook claude-code --timeout 3 --on-timeout defer"
+            hook = f"{PYTHON} -m bot.cli.main hook claude-code --timeout 3 --on-timeout defer"
             settings = {
                 "hooks": {
                     "PreToolUse": [

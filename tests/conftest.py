@@ -15,14 +15,15 @@ from aiohttp import web
 from hypothesis import settings as hypothesis_settings
 from redis.asyncio import Redis
 
-from approvals.policy_file import default_policy
-from approvals.service import ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
-from bot import api, embedded_redis
-from bot.context import BotContext
+from approvals._internal.policy_file import default_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.waiting import Waiter
+from bot.core.context import BotContext
+from bot.http import api
+from bot.ops import embedded_redis
 from tests.support import delete_prefix
 
 pytest_plugins = ["tests.support.e2e"]
@@ -149,7 +150,7 @@ async def ctx(redis: Redis, keys: Keys, store: ApprovalStore) -> AsyncIterator[B
 
 @pytest.fixture
 async def api_url(ctx: BotContext) -> AsyncIterator[str]:
-    """The real agent API (bot.api) on an ephemeral loopback port, sharing `ctx`."""
+    """The real agent API (bot.http.api) on an ephemeral loopback port, sharing `ctx`."""
     app = web.Application(middlewares=[api.error_middleware])
     api.add_routes(app, ctx)
     runner = web.AppRunner(app)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from approvals.store.keys import Keys
+from approvals._internal.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
 
 
 def test_every_lua_script_is_described() -> None:
-    scripts = sorted(p.name for p in (ROOT / "approvals" / "store" / "lua").glob("*.lua"))
+    scripts = sorted(
+        p.name for p in (ROOT / "approvals" / "_internal" / "store" / "lua").glob("*.lua")
+    )
     assert scripts
     missing = [name for name in scripts if f"`{name}`" not in DOC]
     assert missing == [], f"add these scripts to docs/ARCHITECTURE.md: {missing}"

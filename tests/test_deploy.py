@@ -20,8 +20,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.settings import VARIABLES
-from tests.bot.test_serve import forget, free_port
+from bot.core.settings import VARIABLES
+from tests.bot.core.test_serve import forget, free_port
 from tests.support.e2e import BotFactory
 
 ROOT = Path(__file__).resolve().parents[1]

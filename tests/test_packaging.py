@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from approvals.store.store import SCRIPT_NAMES
+from approvals._internal.store.store import SCRIPT_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,6 @@ def test_the_wheel_holds_exactly_approvals_and_bot(tmp_path: Path) -> None:
     top = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert top == {"approvals", "bot"}
     for script in SCRIPT_NAMES:
-        assert f"approvals/store/lua/{script}.lua" in names
+        assert f"approvals/_internal/store/lua/{script}.lua" in names
     assert "approvals/py.typed" in names
-    assert "bot/settings.py" in names
+    assert "bot/core/settings.py" in names

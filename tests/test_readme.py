@@ -62,7 +62,7 @@ def test_links_inside_the_readme_point_at_its_headings() -> None:
 
 def test_one_benchmark_section_and_the_first_hour_facts() -> None:
     """Issue 15: the benchmark section appeared twice with different figures; the README said an
-    invalid policy file stops `serve` with exit 1 (it is 2: tests/bot/test_serve_failures.py);
+    invalid policy file stops `serve` with exit 1 (it is 2: tests/bot/core/test_serve_failures.py);
     the warning about the test suite's Redis sat only under Development."""
     headings = re.findall(r"^#{1,6} (.*benchmark.*)$", README, re.MULTILINE | re.IGNORECASE)
     assert headings == ["Benchmarks"]

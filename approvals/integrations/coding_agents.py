@@ -43,6 +43,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from approvals._internal.grant_scopes import command_prefix
+from approvals._internal.slack_ids import USER_ID
 from approvals.errors import (
     ApprovalError,
     ApprovalTimeout,
@@ -50,7 +52,6 @@ from approvals.errors import (
     InvalidRequest,
     StoreUnavailable,
 )
-from approvals.grants import command_prefix
 
 # The timing rules live with the hook input (no pydantic there: the command hook's light path).
 from approvals.integrations.hook_input import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
@@ -61,7 +62,6 @@ from approvals.integrations.hook_input import codex_reason as codex_reason
 from approvals.integrations.hook_input import time_budget as time_budget
 from approvals.integrations.hook_input import withdraw_time as withdraw_time
 from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
-from approvals.slack_ids import USER_ID
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Any, Literal
 #: --timeout`, `POST /hooks/…?timeout=`), in seconds: Claude Code's (and Codex's) own
 #: default, so a hook configured without a timeout waits as long as the agent does. It must
 #: never exceed the hook `timeout` it is installed with (`approval-bot setup` always writes
-#: both; `bot.setup.bot_wait`).
+#: both; `bot.agents.install.bot_wait`).
 DEFAULT_HOOK_TIMEOUT = 600.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0

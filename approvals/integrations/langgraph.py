@@ -31,8 +31,8 @@ from typing import Any
 
 from approvals.client import Approval, ApprovalClient
 from approvals.errors import InvalidRequest
-from approvals.hooks import TIMEOUT_REASON
 from approvals.models import ApprovalConfig, normalize_config
+from approvals.review import TIMEOUT_REASON
 
 try:
     from langgraph.types import Command, Interrupt, interrupt

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from approvals.client import Approval, ApprovalClient
-from approvals.hooks import TIMEOUT_REASON
 from approvals.models import ApprovalConfig
+from approvals.review import TIMEOUT_REASON
 
 try:
     from agents import RunState, ToolApprovalItem

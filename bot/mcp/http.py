@@ -29,12 +29,12 @@ from aiohttp import web
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from approvals._internal.transports import ServiceTransport
 from approvals.client import ApprovalClient
-from approvals.transports import ServiceTransport
-from bot.context import BotContext
+from bot.core.context import BotContext
+from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ApprovalsServer, ServerOptions
 from bot.mcp.stdio import repair_line
-from bot.mcp.waiting import WaitOptions
 
 log = logging.getLogger(__name__)
 

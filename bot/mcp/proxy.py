@@ -40,15 +40,15 @@ from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
+from approvals._internal.policy import Policy
 from approvals.approval import Approval
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalError
 from approvals.integrations.coding_agents import decision_text
 from approvals.models import ApprovalConfig, ApprovalEvent
-from approvals.policy import Policy
+from bot.mcp.reviewer_wait import WaitOptions, await_decision
 from bot.mcp.stdio import repaired_stdio_server
 from bot.mcp.upstream import Upstream, UpstreamGone
-from bot.mcp.waiting import WaitOptions, await_decision
 
 log = logging.getLogger(__name__)
 

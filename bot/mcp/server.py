@@ -17,7 +17,7 @@ other entries, so an `allow`/`deny` rule answers at once.
 - `ask_human` asks the route's reviewers a free-text question; returns the answer.
 
 While a call waits, progress notifications go out every `progress_interval`
-seconds; a cancelled call withdraws its request (`bot/mcp/waiting.py`).
+seconds; a cancelled call withdraws its request (`bot/mcp/reviewer_wait.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from mcp.server.lowlevel import Server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals.approval import Approval
-from approvals.callbacks import Callback
 from approvals.client import ApprovalClient
 from approvals.errors import ApprovalError
 from approvals.integrations.coding_agents import decision_text, event_from_claude
@@ -47,7 +46,8 @@ from approvals.models import (
     Kind,
     Sensitivity,
 )
-from bot.mcp.waiting import WaitOptions, await_decision, submit_or_withdraw
+from approvals.webhooks import Callback
+from bot.mcp.reviewer_wait import WaitOptions, await_decision, submit_or_withdraw
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from approvals.approval import Approval, approval_json, approval_object
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, Decision, Vote
-from bot.schemas import ApprovalObject, openapi_document
+from bot.http.schemas import ApprovalObject, openapi_document
 
 
 def decided_request() -> ApprovalRequest:

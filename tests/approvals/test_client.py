@@ -10,6 +10,16 @@ from typing import Any
 
 import pytest
 
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.transports import (
+    HttpTransport,
+    RedisTransport,
+    StdlibHttpTransport,
+    error_from_response,
+    request_body,
+    transport_factory,
+)
 from approvals.client import Approval, ApprovalClient, SyncApprovalClient
 from approvals.errors import (
     AlreadyDecided,
@@ -23,20 +33,10 @@ from approvals.errors import (
     StoreUnavailable,
 )
 from approvals.gate import Denied, current_approval, require_approval
-from approvals.hooks import Allow, Async, Deny, run_hook
-from approvals.integrations.bot_review import SlackApprovalHook
+from approvals.integrations.slack_review import SlackApprovalHook
 from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
-from approvals.policy_file import parse_policy
-from approvals.service import ApprovalService
-from approvals.transports import (
-    HttpTransport,
-    RedisTransport,
-    StdlibHttpTransport,
-    error_from_response,
-    request_body,
-    transport_factory,
-)
-from bot.context import BotContext
+from approvals.review import Allow, Async, Deny, run_hook
+from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
 
 POLICY = {

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from approvals import gate
+from approvals._internal.terminal import NO_HANDLER_MESSAGE, TerminalApprover
 from approvals.errors import InvalidRequest
 from approvals.gate import (
     ApprovalFailed,
@@ -25,9 +26,8 @@ from approvals.gate import (
     merge_annotations,
     require_approval,
 )
-from approvals.hooks import Async, AwaitResult, Hook, ReviewResult, StaticPolicyHook
 from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
-from approvals.terminal import NO_HANDLER_MESSAGE, TerminalApprover
+from approvals.review import Async, AwaitResult, Hook, ReviewResult, StaticPolicyHook
 
 
 class Reviewer:

@@ -1,4 +1,5 @@
-"""A burst of agent API calls goes before the dispatcher's Slack calls (bot/dispatcher.py
+"""A burst of agent API calls goes before the dispatcher's Slack calls
+(bot/slack/delivery/dispatcher.py
 `_after_api`), and the posts follow: once the API is idle, or once the burst's time is up
 while it still is not. Nothing is skipped or doubled."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from approvals.models import ApprovalEvent
-from bot.app import Bot
+from bot.core.app import Bot
 from tests.support import eventually
 from tests.support.e2e import BotFactory, fast_dispatcher
 from tests.support.slack_emulator import SlackEmulator

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 
 from approvals.integrations.coding_agents import time_budget
-from bot import ids
-from bot.app import Bot
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support import eventually
 from tests.support.e2e import BotFactory, Reviewer, opened_view
 from tests.support.slack_emulator import SlackEmulator
@@ -116,7 +116,7 @@ async def run_command_hook(
     }
     env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN="test-token")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "hook", dialect, *args,
+        sys.executable, "-m", "bot.cli.main", "hook", dialect, *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
     )  # fmt: skip
@@ -219,7 +219,7 @@ async def test_command_hook_answers_in_time_when_the_bot_does_not() -> None:
     start = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot.cli", "hook", "claude-code", "--timeout", "5",
+            sys.executable, "-m", "bot.cli.main", "hook", "claude-code", "--timeout", "5",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
         )  # fmt: skip

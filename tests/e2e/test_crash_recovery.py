@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from approvals._internal.service import Actor
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent
-from approvals.service import Actor
-from approvals.store.keys import Keys
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, BotFactory, has_actions
 from tests.support.slack_emulator import SlackEmulator
 
@@ -48,7 +48,7 @@ async def serve_process(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bot.cli",
+        "bot.cli.main",
         "serve",
         env=env,
         stdout=asyncio.subprocess.DEVNULL,

@@ -10,15 +10,15 @@ from typing import Any
 import aiohttp
 
 from approvals import ApprovalClient, require_approval
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.transports import HttpTransport
 from approvals.approval import approval_object
 from approvals.gate import current_approval
 from approvals.integrations.langgraph import approval_resume
 from approvals.models import ApprovalEvent
-from approvals.policy_file import parse_policy
-from approvals.transports import HttpTransport
-from bot import ids
-from bot.app import Bot
-from bot.masking import MASK
+from bot.core.app import Bot
+from bot.masking.masker import MASK
+from bot.slack import action_ids as ids
 from tests.e2e.test_coding_agents_flow import claude_payload, run_command_hook
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message

@@ -14,12 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from approvals._internal.service import Actor
+from approvals._internal.store.keys import Keys
 from approvals.errors import StoreUnavailable
 from approvals.models import ApprovalEvent
-from approvals.service import Actor
-from approvals.store.keys import Keys
-from bot import dispatcher as dispatcher_module
-from bot.app import Bot
+from bot.core.app import Bot
+from bot.slack.delivery import dispatcher as dispatcher_module
 from tests.support.e2e import CHANNEL, BotFactory, fast_dispatcher, has_actions
 from tests.support.slack_emulator import SlackEmulator
 
@@ -121,7 +121,7 @@ async def test_redelivered_post_entry_is_not_posted_again(
 async def test_slack_outage_longer_than_the_attempt_budget_keeps_the_post_owed(
     make_bot: BotFactory, slack: SlackEmulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.dispatcher")
+    caplog.set_level(logging.INFO, logger="bot.slack.delivery.dispatcher")
     slack.start_outage(503)
     bot = await make_bot(dispatcher=fast_dispatcher(max_attempts=2))
     assert bot.ctx is not None

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from approvals.policy_file import parse_policy
-from bot import hook_command
-from bot.cli import open_client
-from bot.context import BotContext
+from approvals._internal.policy_file import parse_policy
+from bot.agents import command_hook as hook_command
+from bot.cli.connect import open_client
+from bot.core.context import BotContext
 
 GATED = ("PreToolUse", "PermissionRequest")
 UNGATED = ("PostToolUse", "UserPromptSubmit", "Stop", "SessionStart", "Notification")
@@ -275,7 +275,7 @@ async def test_a_store_outage_is_a_deny(
 
 
 def _reviewer() -> Any:
-    from approvals.service import Actor
+    from approvals._internal.service import Actor
 
     return Actor("U0REVIEWER")
 

@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from approvals.policy_file import parse_policy
-from bot import ids
-from bot.app import Bot
-from bot.cli import main
+from approvals._internal.policy_file import parse_policy
+from bot.cli.main import main
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
@@ -135,8 +135,8 @@ async def test_a_tool_grant_only_where_the_route_allows_it(
     bot = await grants_bot(make_bot)
     assert bot.ctx is not None
     strict = await bash(http, bot, "ls")
+    from approvals._internal.service import Actor
     from approvals.errors import InvalidRequest
-    from approvals.service import Actor
 
     with pytest.raises(InvalidRequest, match="scope 'tool' is not offered"):
         await bot.ctx.service.decide(
@@ -233,8 +233,8 @@ async def test_codex_never_gets_updated_permissions(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
     """Codex fails closed when a PermissionRequest answer carries updatedPermissions."""
-    from bot import hook_command
-    from bot.cli import open_client
+    from bot.agents import command_hook as hook_command
+    from bot.cli.connect import open_client
 
     bot = await grants_bot(make_bot)
     event = {

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from approvals._internal.policy_file import parse_policy
 from approvals.models import ApprovalEvent
-from approvals.policy_file import parse_policy
-from bot import ids
-from bot.app import Bot
-from bot.home import MAX_HOME_BLOCKS
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
+from bot.slack.home import MAX_HOME_BLOCKS
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator

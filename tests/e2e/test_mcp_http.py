@@ -16,13 +16,13 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from approvals.service import Actor
-from bot import ids
-from bot.app import Bot
+from approvals._internal.service import Actor
+from bot.core.app import Bot
+from bot.http.principals import derived_name
 from bot.mcp.http import MCP_ENDPOINT
+from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ServerOptions
-from bot.mcp.waiting import WaitOptions
-from bot.principals import derived_name
+from bot.slack import action_ids as ids
 from tests.support.e2e import BotFactory, posted_message
 from tests.support.mcp import ProgressLog, pending_for, settled
 from tests.support.slack_emulator import SlackEmulator

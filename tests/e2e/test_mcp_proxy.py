@@ -17,10 +17,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from approvals._internal.policy_file import build_policy
+from approvals._internal.store.keys import Keys
 from approvals.errors import InvalidRequest
-from approvals.policy_file import build_policy
-from approvals.store.keys import Keys
-from bot.context import BotContext
+from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
 from tests.support.e2e import BotFactory
 from tests.support.mcp import (

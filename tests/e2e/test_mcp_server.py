@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from approvals.store.keys import Keys
-from bot.context import BotContext
+from approvals._internal.store.keys import Keys
+from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
 from tests.support.mcp import REPO, ProgressLog, agent_env, approval_bot, pending_for, settled
 

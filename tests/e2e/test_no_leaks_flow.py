@@ -10,12 +10,12 @@ import time
 import uuid
 from typing import Any
 
+from approvals._internal.policy_file import parse_policy
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
-from approvals.policy_file import parse_policy
-from bot import ids
-from bot.app import Bot
-from bot.masking import mask_text
-from bot.secret_rules import normalise
+from bot.core.app import Bot
+from bot.masking.masker import mask_text
+from bot.masking.rules import normalise
+from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.secret_corpus import FAKES, PIECE, Fake
 from tests.support.slack_emulator import SlackEmulator

@@ -10,12 +10,12 @@ from typing import Any
 
 import yaml
 
+from approvals._internal.policy import Policy
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.store.store import ApprovalStore
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
-from approvals.policy import Policy
-from approvals.policy_file import parse_policy
-from approvals.store.store import ApprovalStore
-from bot import ids
-from bot.app import Bot
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support.e2e import (
     CHANNEL,
     BotFactory,

@@ -13,11 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent
-from approvals.store.keys import Keys
-from bot import ids
-from bot.app import Bot
-from bot.listeners import UNRECORDED
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
+from bot.slack.listeners import UNRECORDED
 from tests.support.e2e import CHANNEL, Reviewer, bot_config, posted_message
 from tests.support.redis_proxy import RedisProxy
 from tests.support.slack_emulator import SlackEmulator

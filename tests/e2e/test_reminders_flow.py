@@ -11,10 +11,11 @@ from typing import Any
 
 import aiohttp
 
+from approvals._internal.policy_file import parse_policy
 from approvals.models import ApprovalEvent
-from approvals.policy_file import parse_policy
-from bot import app, ids
-from bot.app import Bot
+from bot.core import app
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, fast_dispatcher, posted_message
 from tests.support.slack_emulator import SlackEmulator

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from approvals._internal.service import Actor
+from approvals._internal.store.outbox import Outbox
 from approvals.models import ApprovalEvent
-from approvals.service import Actor
-from approvals.store.outbox import Outbox
-from bot import ids
-from bot.app import Bot
-from bot.dispatcher import DispatcherOptions
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
+from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
 from tests.support.slack_emulator import SlackEmulator

@@ -17,12 +17,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from approvals._internal.service import Actor
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent
-from approvals.service import Actor
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from bot import ids
-from bot.app import Bot
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support.e2e import BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 

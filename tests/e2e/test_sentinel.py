@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from approvals._internal.store.keys import Keys
 from approvals.client import ApprovalClient
 from approvals.models import ApprovalEvent
-from approvals.store.keys import Keys
-from bot import ids
-from bot.app import Bot
-from bot.principals import derived_name
+from bot.core.app import Bot
+from bot.http.principals import derived_name
+from bot.slack import action_ids as ids
 from tests.support.e2e import bot_config, posted_message
 from tests.support.redis_deployments import SentinelGroup
 from tests.support.slack_emulator import SlackEmulator

@@ -8,10 +8,10 @@ import logging
 import time
 from typing import Any
 
+from approvals._internal.policy_file import parse_policy
 from approvals.models import ApprovalConfig, ApprovalEvent
-from approvals.policy_file import parse_policy
-from bot import ids
-from bot.app import Bot
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support import eventually
 from tests.support.e2e import (
     CHANNEL,

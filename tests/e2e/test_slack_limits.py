@@ -11,11 +11,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.service import Actor
 from approvals.models import ApprovalEvent
-from approvals.policy_file import parse_policy
-from approvals.service import Actor
-from bot.app import Bot
-from bot.dispatcher import DispatcherOptions
+from bot.core.app import Bot
+from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory
 from tests.support.slack_emulator import SlackEmulator

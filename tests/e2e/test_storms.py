@@ -18,14 +18,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.service import Actor
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalConfig, ApprovalEvent, SlackMessage
-from approvals.policy_file import parse_policy
-from approvals.service import Actor
-from approvals.store.keys import Keys
-from bot import digest_blocks, ids, modals
-from bot.app import Bot
-from bot.copies import DIGEST_EVENT_TYPE
-from bot.dispatcher import DispatcherOptions
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
+from bot.slack.delivery.copies import DIGEST_EVENT_TYPE
+from bot.slack.delivery.dispatcher import DispatcherOptions
+from bot.slack.render import digest_message as digest_blocks
+from bot.slack.render import modals
 from tests.support import eventually
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, fast_dispatcher
 from tests.support.slack_emulator import SlackEmulator

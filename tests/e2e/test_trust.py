@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 
-from approvals.policy_file import parse_policy
-from bot import ids
-from bot.app import Bot
+from approvals._internal.policy_file import parse_policy
+from bot.core.app import Bot
+from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
@@ -253,7 +253,7 @@ async def test_a_thousand_route_names_do_not_grow_the_bot(
 
 
 def _cli() -> Any:
-    from approvals.service import Actor
+    from approvals._internal.service import Actor
 
     return Actor("cli:test", via="cli")
 

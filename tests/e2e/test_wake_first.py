@@ -1,6 +1,7 @@
 """A decision made in another process reaches this bot two ways: the Waiter's pub/sub hint
 (then a read), and the dispatcher's `update` entry (which reads the request to draw it). The
-dispatcher hands what it read to the Waiter before it draws (bot/dispatcher.py `_handle`), so
+dispatcher hands what it read to the Waiter before it draws (bot/slack/delivery/dispatcher.py
+`_handle`), so
 a waiting agent is answered before the message's `chat.update`, and is answered even when the
 hint never comes."""
 
@@ -10,9 +11,9 @@ import asyncio
 
 import pytest
 
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.waiting import Waiter
 from approvals.models import ApprovalEvent, Decision
-from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
 from tests.support.e2e import BotFactory, posted_message
 from tests.support.slack_emulator import SlackEmulator
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from standardwebhooks import Webhook
 
-from approvals.callbacks import Callback
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.webhooks import DEFAULT_PRINCIPAL, Deliveries, WebhookSecrets
 from approvals.models import ApprovalEvent, Decision
-from approvals.policy_file import parse_policy
-from approvals.service import ApprovalService
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.webhooks import DEFAULT_PRINCIPAL, Deliveries, WebhookSecrets
+from approvals.webhooks import Callback
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 #: One bot process: no Slack, the webhook worker on short timers, callbacks to loopback.
 BOT = """
 import asyncio, sys
-from approvals.policy_file import parse_policy
-from bot.app import Bot, BotConfig
-from bot.webhooks import WebhookOptions
+from approvals._internal.policy_file import parse_policy
+from bot.core.app import Bot, BotConfig
+from bot.workers.webhooks import WebhookOptions
 
 async def main():
     policy = parse_policy({"callbacks": {"allowed_hosts": ["127.0.0.1"]}}, source="test",

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from approvals.policy_file import parse_policy
-from approvals.store.webhooks import WebhookSecrets
-from bot.context import BotContext
-from bot.principals import derived_name
-from bot.webhooks import WebhookOptions, WebhookWorker
+from approvals._internal.policy_file import parse_policy
+from approvals._internal.store.webhooks import WebhookSecrets
+from bot.core.context import BotContext
+from bot.http.principals import derived_name
+from bot.workers.webhooks import WebhookOptions, WebhookWorker
 
 FAST = WebhookOptions(
     timeout=5.0,

@@ -14,8 +14,8 @@ from inngest.experimental import mocked
 from approvals.approval import approval_object
 from approvals.client import SyncApprovalClient
 from approvals.models import Decision
-from bot.context import BotContext
-from bot.webhooks import WebhookWorker
+from bot.core.context import BotContext
+from bot.workers.webhooks import WebhookWorker
 from examples.inngest_approval import DECIDED, make_function, on_webhook
 from tests.support.webhook_receiver import eventually
 

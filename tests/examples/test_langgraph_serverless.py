@@ -10,11 +10,11 @@ from typing import Any
 import aiohttp
 from langgraph.checkpoint.memory import InMemorySaver
 
+from approvals._internal.store.webhooks import Deliveries
 from approvals.client import SyncApprovalClient
 from approvals.models import Decision
-from approvals.store.webhooks import Deliveries
-from bot.context import BotContext
-from bot.webhooks import WebhookWorker
+from bot.core.context import BotContext
+from bot.workers.webhooks import WebhookWorker
 from examples.langgraph_serverless import build_graph, make_handler, start
 from tests.support.webhook_receiver import eventually
 

@@ -15,8 +15,8 @@ from temporalio.testing import ActivityEnvironment
 
 from approvals.client import ApprovalClient
 from approvals.models import Decision
-from bot.context import BotContext
-from bot.webhooks import WebhookWorker
+from bot.core.context import BotContext
+from bot.workers.webhooks import WebhookWorker
 from examples.temporal_approval import (
     ApprovalActivities,
     ApprovalAsk,

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import aiohttp
 from redis.asyncio import Redis
 
+from approvals._internal.service import Actor, ApprovalService
+from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalRequest
-from approvals.service import Actor, ApprovalService
-from approvals.store.keys import Keys
 
 #: The Slack reviewer `decide_next` decides as.
 REVIEWER = Actor("U0REVIEWER", via="slack")

@@ -19,10 +19,10 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
-from approvals.policy import Policy
-from approvals.store.keys import Keys
-from bot.app import Bot, BotConfig
-from bot.dispatcher import DispatcherOptions
+from approvals._internal.policy import Policy
+from approvals._internal.store.keys import Keys
+from bot.core.app import Bot, BotConfig
+from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support.slack_emulator import SlackEmulator
 
 SIGNING_SECRET = "test-signing-secret"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from bot import embedded_redis
+from bot.ops import embedded_redis
 
 _answers = embedded_redis.answers
 
@@ -18,6 +18,6 @@ def _nothing_on_localhost(url: str, timeout: float = 1.0) -> bool:
 embedded_redis.answers = _nothing_on_localhost
 
 if __name__ == "__main__":
-    from bot.cli import main
+    from bot.cli.main import main
 
     sys.exit(main())

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from mcp import StdioServerParameters
 
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
 from approvals.models import ApprovalRequest
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
 
 REPO = Path(__file__).resolve().parents[2]
 CHANNEL = "C0APPROVALS"
@@ -39,7 +39,7 @@ def agent_env(redis_url: str, keys: Keys, **extra: str) -> dict[str, str]:
 def approval_bot(*args: str, env: dict[str, str]) -> StdioServerParameters:
     """`approval-bot ARGS…` as an MCP client starts it (stdio)."""
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "bot.cli", *args], env=env, cwd=str(REPO)
+        command=sys.executable, args=["-m", "bot.cli.main", *args], env=env, cwd=str(REPO)
     )
 
 

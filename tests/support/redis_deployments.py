@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from bot.embedded_redis import find_server_binary, free_port
+from bot.ops.embedded_redis import find_server_binary, free_port
 
 MASTER_NAME = "approvals-master"
 

@@ -3,10 +3,10 @@
 Every fake is generated from a seeded generator at import time (nothing here is
 a real credential; the repository holds only the recipes). A `Fake` is the text
 an agent would send (`text`) and the part of it that must never reach Slack
-(`secret`); `rule` names the rule of `bot.secret_rules` expected to catch it.
+(`secret`); `rule` names the rule of `bot.masking.rules` expected to catch it.
 A `NearMiss` is text that looks close to a rule's secret but is not one: it must
-come back unchanged. `tests/bot/test_secret_rules.py` checks every rule has at
-least one of each; `tests/bot/test_no_leaks.py` renders every Slack surface
+come back unchanged. `tests/bot/masking/test_secret_rules.py` checks every rule has at
+least one of each; `tests/bot/masking/test_no_leaks.py` renders every Slack surface
 with every fake.
 """
 
@@ -441,7 +441,7 @@ PIECE = 12
 def leaked_piece(shown: str, secret: str) -> str | None:
     """The first piece of `secret` (whole, or any `PIECE`-character window) found in `shown`,
     both normalised as the masking sees them (NFKC, format characters removed)."""
-    from bot.secret_rules import normalise
+    from bot.masking.rules import normalise
 
     out, value = normalise(shown)[0], normalise(secret)[0]
     if len(value) <= PIECE:

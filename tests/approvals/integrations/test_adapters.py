@@ -19,6 +19,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from approvals._internal.transports import RedisTransport
 from approvals.client import ApprovalClient
 from approvals.integrations.langgraph import (
     PAYLOAD_TYPE,
@@ -28,8 +29,7 @@ from approvals.integrations.langgraph import (
     request_approval,
 )
 from approvals.integrations.openai_agents import parse_arguments, resolve_interruptions
-from approvals.transports import RedisTransport
-from bot.context import BotContext
+from bot.core.context import BotContext
 from tests.support import decide_next
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from approvals._internal.service import Actor
 from approvals.integrations.coding_agents import answer_hook, codex_reason, event_from_codex
-from approvals.service import Actor
-from bot.context import BotContext
+from bot.core.context import BotContext
 
 
 def permission_request(command: str, *, turn: str | None = "turn-1", session: str = "s-1") -> Any:

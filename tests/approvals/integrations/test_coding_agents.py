@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from approvals._internal.service import Actor
 from approvals.errors import ApprovalTimeout, InvalidRequest, StoreUnavailable
 from approvals.integrations.coding_agents import (
     answer_hook,
@@ -25,8 +26,7 @@ from approvals.models import (
     ApprovalRequest,
     Decision,
 )
-from approvals.service import Actor
-from bot.context import BotContext
+from bot.core.context import BotContext
 
 
 def claude(tool_name: str, tool_input: Any, **extra: Any) -> dict[str, Any]:

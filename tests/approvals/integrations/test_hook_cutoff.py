@@ -19,6 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from approvals._internal.policy_file import default_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import WITHDRAWN_IN_FLIGHT, ApprovalStore
+from approvals._internal.store.waiting import Waiter
 from approvals.errors import CallIdConflict, StoreUnavailable
 from approvals.integrations.coding_agents import (
     MIN_ASK_SECONDS,
@@ -27,13 +33,7 @@ from approvals.integrations.coding_agents import (
     withdraw_time,
 )
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
-from approvals.policy_file import default_policy
-from approvals.service import ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import WITHDRAWN_IN_FLIGHT, ApprovalStore
-from approvals.store.waiting import Waiter
-from bot.context import BotContext
+from bot.core.context import BotContext
 from tests.support import delete_prefix
 
 

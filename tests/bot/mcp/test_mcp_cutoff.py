@@ -7,13 +7,13 @@ import asyncio
 
 import pytest
 
+from approvals._internal.transports import RedisTransport
 from approvals.approval import Approval
 from approvals.client import ApprovalClient
 from approvals.errors import StoreUnavailable
 from approvals.models import ApprovalEvent
-from approvals.transports import RedisTransport
-from bot.context import BotContext
-from bot.mcp.waiting import submit_or_withdraw
+from bot.core.context import BotContext
+from bot.mcp.reviewer_wait import submit_or_withdraw
 
 
 def redis_client(ctx: BotContext) -> ApprovalClient:

@@ -14,17 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
+from approvals._internal.policy_file import default_policy
+from approvals._internal.service import ApprovalService
+from approvals._internal.store.connection import connect
+from approvals._internal.store.keys import Keys
+from approvals._internal.store.store import ApprovalStore
+from approvals._internal.store.waiting import Waiter
 from approvals.client import ApprovalClient
-from approvals.policy_file import default_policy
-from approvals.service import ApprovalService
-from approvals.store.connection import connect
-from approvals.store.keys import Keys
-from approvals.store.store import ApprovalStore
-from approvals.store.waiting import Waiter
-from bot.context import BotContext
+from bot.core.context import BotContext
 from bot.mcp.http import BotTransport
+from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ApprovalsServer, ServerOptions
-from bot.mcp.waiting import WaitOptions
 from tests.support import delete_prefix
 
 # No lone surrogates here: the SDK client cannot send them (test_mcp_server.py sends one

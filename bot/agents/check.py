@@ -1,0 +1,386 @@
+"""`approval-bot setup … --check` (and `doctor`): is the agent's approval gate really on?
+
+`check(agent, …)` reads the agent's settings and returns a `Report` of
+findings. An `error` is a gate that fails open or is silently off:
+
+- no approval-bot hook at all, or hooks disabled (`disableAllHooks`);
+- timeouts inconsistent: the bot may wait longer than the agent's hook
+  `timeout`, after which the agent kills the hook and runs the call (Claude
+  Code 2.1.197 and Codex 0.171.0 both, measured); less than 5 s short of it
+  is a warning;
+- Codex: the hook is not trusted (`untrusted` / `modified`), or it sits in a
+  project Codex does not trust — Codex then skips it without a word.
+
+A `warning` is a weaker gate: an `http` hook (Claude Code runs the tool when
+the bot is unreachable or slower than the hook), `--on-timeout ask`, a
+matcher that misses `Bash`, a PermissionRequest-only gate (never runs under
+`claude -p`), `onFailure` (not in 2.1.197's settings schema). The timeout
+rule itself lives in `bot.agents.install`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from bot.agents.settings_files import (
+    AGENT_DEFAULT_TIMEOUT,
+    MIN_AGENT_TIMEOUT,
+    MIN_MARGIN_SECONDS,
+    Agent,
+    HookRef,
+    SetupError,
+    bot_wait,
+    consistent,
+    hook_refs,
+    read_settings,
+    settings_path,
+)
+
+Level = Literal["error", "warning", "ok"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    text: str
+
+
+@dataclass
+class Report:
+    agent: Agent
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, level: Level, text: str) -> None:
+        self.findings.append(Finding(level, text))
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.level == "error" for f in self.findings)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f.text for f in self.findings if f.level == "error"]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f.text for f in self.findings if f.level == "warning"]
+
+    def render(self) -> str:
+        labels = {"error": "FAIL", "warning": "warn", "ok": "ok  "}
+        lines = [f"{labels[f.level]} {f.text}" for f in self.findings]
+        verdict = "the gate is on" if self.ok else "the gate is NOT reliably on"
+        lines.append(f"{self.agent}: {verdict}")
+        return "\n".join(lines)
+
+
+def default_bot_wait(kind: str) -> float:
+    """What the bot waits when the hook does not say (`--timeout` / `?timeout=` left out)."""
+    from approvals.integrations.coding_agents import DEFAULT_HOOK_TIMEOUT
+
+    return DEFAULT_HOOK_TIMEOUT
+
+
+def _check_timeouts(report: Report, ref: HookRef, agent_name: str) -> None:
+    agent_timeout = ref.agent_timeout if ref.agent_timeout is not None else AGENT_DEFAULT_TIMEOUT
+    wait = ref.wait if ref.wait is not None else default_bot_wait(ref.kind)
+    flag = "?timeout=" if ref.kind == "http" else "--timeout"
+    if consistent(wait, agent_timeout):
+        report.add(
+            "ok",
+            f"{ref.file}: {ref.event} {ref.kind} hook: the bot answers within {wait:g} s, "
+            f"before the {agent_timeout:g} s hook timeout",
+        )
+        return
+    try:
+        suggestion = f"{flag}{'=' if ref.kind == 'http' else ' '}{bot_wait(agent_timeout):g}"
+    except SetupError:
+        suggestion = f"a hook timeout of at least {MIN_AGENT_TIMEOUT:g} s"
+    said = "" if ref.wait is not None else f" ({flag} not given: the default)"
+    where = f"{ref.file}: {ref.event} {ref.kind} hook"
+    if wait > agent_timeout:
+        report.add(
+            "error",
+            f"{where}: timeouts inconsistent — the bot may wait {wait:g} s{said} but "
+            f"{agent_name} gives up after {agent_timeout:g} s and then runs the call; use "
+            f"{suggestion} (or `approval-bot setup {report.agent}` to rewrite it)",
+        )
+    else:
+        report.add(
+            "warning",
+            f"{where}: the bot may wait {wait:g} s{said}, under {MIN_MARGIN_SECONDS:g} s short "
+            f"of {agent_name}'s {agent_timeout:g} s hook timeout: a slow start can lose the race "
+            f"and the call runs; use {suggestion}",
+        )
+
+
+def _common(report: Report, refs: list[HookRef], agent_name: str, default_matcher: str) -> None:
+    for ref in refs:
+        _check_timeouts(report, ref, agent_name)
+        if ref.on_timeout == "ask":
+            what = (
+                "Claude Code asks its user instead"
+                if report.agent == "claude-code"
+                else "the hook prints nothing and Codex's own approval policy decides"
+            )
+            report.add(
+                "warning",
+                f"{ref.file}: {ref.event}: on timeout {what} (--on-timeout deny blocks instead)",
+            )
+        if ref.on_timeout == "defer":
+            report.add(
+                "warning",
+                f"{ref.file}: {ref.event}: on timeout the hook defers, which only headless "
+                "`claude -p` honours; an interactive session (or a turn with several tool calls) "
+                "ignores it and goes on with its normal permission flow",
+            )
+        matcher = ref.matcher or ""
+        try:
+            covers_bash = matcher in ("", "*") or re.fullmatch(matcher, "Bash") is not None
+        except re.error:
+            covers_bash = False
+        if not covers_bash:
+            report.add(
+                "warning",
+                f"{ref.file}: {ref.event}: the matcher {matcher!r} does not cover Bash "
+                f"(default: {default_matcher!r})",
+            )
+    events = {ref.event for ref in refs}
+    if len(events) > 1:
+        report.add(
+            "warning",
+            "approval-bot hooks on both PreToolUse and PermissionRequest: one call may be "
+            "asked about twice",
+        )
+
+
+def _load(report: Report, path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        return read_settings(path)[1]
+    except SetupError as e:
+        report.add("error", str(e))
+        return None
+
+
+#: The first Claude Code whose hook schema has `onFailure` (2.1.294's has not; measured).
+ON_FAILURE_SINCE = (2, 1, 295)
+
+
+def claude_version(claude: str | None = None) -> tuple[int, ...] | None:
+    """`claude --version` as numbers (None when there is no `claude` or it says nothing usable)."""
+    exe = claude or shutil.which("claude")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"(\d+)\.(\d+)\.(\d+)", done.stdout)
+    return tuple(int(n) for n in found.groups()) if found else None
+
+
+def _check_on_failure(report: Report, ref: HookRef, claude: str | None) -> None:
+    value = ref.handler.get("onFailure")
+    since = ".".join(map(str, ON_FAILURE_SINCE))
+    version = claude_version(claude)
+    if value != "block":
+        report.add("warning", f"{ref.file}: {ref.event}: onFailure is {value!r}, not 'block'")
+    elif version is None:
+        report.add(
+            "warning",
+            f"{ref.file}: {ref.event}: 'onFailure': 'block' works from Claude Code {since} on "
+            "and is ignored before; `claude` is not on PATH to tell which one runs here",
+        )
+    elif version < ON_FAILURE_SINCE:
+        shown = ".".join(map(str, version))
+        report.add(
+            "warning",
+            f"{ref.file}: {ref.event}: 'onFailure' is ignored by Claude Code {shown} (it needs "
+            f"{since} or later): a failing hook still lets the call through",
+        )
+    else:
+        report.add("ok", f"{ref.file}: {ref.event}: onFailure 'block' (Claude Code {since}+)")
+
+
+def check_claude_code(project: Path, home: Path, claude: str | None = None) -> Report:
+    """Claude Code: user, project and local settings together, as Claude Code merges them.
+    `claude`: the executable asked for its version (default: `claude` on PATH)."""
+    report = Report("claude-code")
+    refs: list[HookRef] = []
+    for scope in ("user", "project", "local"):
+        path = settings_path("claude-code", scope, project, home, home)
+        data = _load(report, path)
+        if data is None:
+            continue
+        if data.get("disableAllHooks") is True:
+            report.add("error", f"{path}: disableAllHooks is true: no hook runs at all")
+        for ref in hook_refs(path, data, "claude-code"):
+            if not ref.ours:
+                continue
+            refs.append(ref)
+            if "onFailure" in ref.handler:
+                _check_on_failure(report, ref, claude)
+    if not refs:
+        report.add(
+            "error",
+            "no approval-bot hook in ~/.claude/settings.json, .claude/settings.json or "
+            ".claude/settings.local.json: Claude Code runs tools without asking the bot "
+            "(`approval-bot setup claude-code`)",
+        )
+        return report
+    for ref in refs:
+        if ref.kind == "http":
+            report.add(
+                "warning",
+                f"{ref.file}: {ref.event}: an http hook fails open: Claude Code runs the tool "
+                "when the bot is unreachable, answers non-2xx or is slower than the hook "
+                "timeout (`--type command` blocks in those cases)",
+            )
+    if {ref.event for ref in refs} == {"PermissionRequest"}:
+        report.add(
+            "warning",
+            "only PermissionRequest is gated: it never runs under `claude -p` (the call is "
+            "denied there, not sent for approval); add PreToolUse for headless runs",
+        )
+    _common(report, refs, "Claude Code", "Bash|Edit|Write|MultiEdit|NotebookEdit|mcp__.*")
+    return report
+
+
+def project_trusted(codex_home: Path, project: Path) -> bool | None:
+    """Whether `config.toml` marks `project` (or a parent) trusted; None when unreadable."""
+    try:
+        config = tomllib.loads((codex_home / "config.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    projects = config.get("projects")
+    if not isinstance(projects, dict):
+        return False
+    for candidate in (project, *project.parents):
+        entry = projects.get(str(candidate))
+        if isinstance(entry, dict) and entry.get("trust_level") == "trusted":
+            return True
+    return False
+
+
+def check_codex(
+    project: Path, codex_home: Path, codex: str | None = None, *, use_codex: bool = True
+) -> Report:
+    """Codex: `$CODEX_HOME/hooks.json` and the project's, plus what Codex says of their trust."""
+    report = Report("codex")
+    refs: list[HookRef] = []
+    project_file = settings_path("codex", "project", project, codex_home, codex_home)
+    for scope in ("user", "project"):
+        path = settings_path("codex", scope, project, codex_home, codex_home)
+        data = _load(report, path)
+        if data is None:
+            continue
+        refs.extend(ref for ref in hook_refs(path, data, "codex") if ref.ours)
+    if not refs:
+        report.add(
+            "error",
+            f"no approval-bot hook in {codex_home / 'hooks.json'} or {project_file}: Codex runs "
+            "commands without asking the bot (`approval-bot setup codex`)",
+        )
+        return report
+    if any(ref.file == project_file for ref in refs):
+        trusted = project_trusted(codex_home, project)
+        if trusted is False:
+            report.add(
+                "error",
+                f"{project_file}: the project is not trusted in {codex_home / 'config.toml'}, so "
+                f'Codex ignores this file without a word: add [projects."{project}"] '
+                'trust_level = "trusted" (or use --scope user)',
+            )
+        elif trusted is None:
+            report.add("warning", f"cannot read {codex_home / 'config.toml'} to see project trust")
+    _common(report, refs, "Codex", "Bash|apply_patch|mcp__.*")
+    if use_codex:
+        _check_codex_trust(report, refs, project, codex, codex_home)
+    return report
+
+
+def _check_codex_trust(
+    report: Report, refs: list[HookRef], project: Path, codex: str | None, codex_home: Path
+) -> None:
+    from bot.agents.codex_app_server import (
+        AppServer,
+        CodexError,
+        find_codex,
+        list_hooks,
+        manual_step,
+    )
+
+    exe = find_codex(codex)
+    if exe is None:
+        report.add(
+            "warning",
+            "codex is not on PATH, so hook trust cannot be checked; Codex skips an untrusted "
+            "hook silently (--codex /path/to/codex)",
+        )
+        return
+    try:
+        with AppServer(exe, project, codex_home) as server:
+            listed = list_hooks(server, project)["hooks"]
+    except CodexError as e:
+        report.add("warning", f"hook trust not checked: {e}")
+        return
+    for ref in refs:
+        found = [
+            h
+            for h in listed
+            if h.get("command") == ref.handler.get("command")
+            and isinstance(h.get("sourcePath"), str)
+            and Path(h["sourcePath"]).resolve() == ref.file.resolve()
+        ]
+        if not found:
+            report.add(
+                "error",
+                f"{ref.file}: {ref.event}: Codex does not load this hook (an untrusted project, "
+                "or a file Codex does not read), so it never runs",
+            )
+            continue
+        for hook in found:
+            status = hook.get("trustStatus")
+            if hook.get("enabled") is False:
+                report.add("error", f"{hook.get('key')}: disabled in Codex: it never runs")
+            elif status in ("trusted", "managed"):
+                report.add("ok", f"{hook.get('key')}: {status} in Codex")
+            else:
+                report.add(
+                    "error",
+                    f"{hook.get('key')}: {status} in Codex, which skips it silently and runs the "
+                    f"command. {manual_step(ref.file)}",
+                )
+
+
+def check(
+    agent: Agent, *, project: Path, home: Path, codex_home: Path, codex: str | None = None
+) -> Report:
+    """The report for one agent (what `setup --check` prints and `doctor` may reuse)."""
+    if agent == "claude-code":
+        return check_claude_code(project, home)
+    return check_codex(project, codex_home, codex)
+
+
+def run_check(args: argparse.Namespace, out: TextIO, *, codex_home: Path) -> int:
+    """`approval-bot setup --check`: print the findings; exit 0 when the gate is on, else 1."""
+    project = Path(args.project).resolve()
+    codex_home = Path(args.codex_home) if getattr(args, "codex_home", None) else codex_home
+    codex = getattr(args, "codex", None)
+    report = check(
+        args.agent, project=project, home=Path.home(), codex_home=codex_home, codex=codex
+    )
+    print(report.render(), file=out)
+    return 0 if report.ok else 1

@@ -1,0 +1,350 @@
+"""`approval-bot hook claude-code|codex`: the command hook. Always exit 0; a deny when in doubt.
+
+Claude Code and Codex read a command hook's JSON only when it exits 0, and
+take exit status 1 for "no opinion" (the tool may run). So this command exits
+0 whatever happens and prints a decision for every PreToolUse /
+PermissionRequest event — a deny for input it cannot read, bad
+configuration, an unreachable bot, a conflict or a timeout — and nothing at
+all for events it does not gate (PostToolUse, UserPromptSubmit, Stop, …).
+Problems are also told on stderr, in one line, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+
+# Light imports only (no pydantic, no asyncio): with a bot URL, a hook call (Claude Code or
+# Codex) is answered without them (`forward`); every gated tool call waits for this process.
+from approvals.integrations.hook_input import (
+    DEFAULT_HOOK_TIMEOUT,
+    MAX_HOOK_BODY_BYTES,
+    MAX_MARGIN_SECONDS,
+    MIN_ASK_SECONDS,
+    MIN_HOOK_TIMEOUT_SECONDS,
+    UNREACHABLE_REASON,
+    HookBody,
+    clamp_timeout,
+    codex_reason,
+    deny,
+    read_hook_body,
+    time_budget,
+)
+
+if TYPE_CHECKING:
+    from approvals.client import ApprovalClient
+
+log = logging.getLogger(__name__)
+
+#: Makes the approvals client from the settings (`bot.cli.main.open_client`).
+OpenClient = Callable[[Any], "ApprovalClient"]
+
+DIALECTS = ("claude-code", "codex")
+
+
+def hook_options(argv: list[str]) -> tuple[str, float, str]:
+    """(dialect, timeout, on_timeout) from `hook DIALECT [--timeout S] [--on-timeout M]`,
+    read leniently: a timeout is clamped (unreadable: the default), a mode other than `ask`
+    or `defer` is `deny`, anything unknown is ignored."""
+    args = argv[1:] if argv and argv[0] == "hook" else argv
+    dialect = args[0] if args else ""
+    timeout, on_timeout = DEFAULT_HOOK_TIMEOUT, "deny"
+    rest = args[1:]
+    for i, arg in enumerate(rest):
+        name, eq, value = arg.partition("=")
+        if not eq:
+            value = rest[i + 1] if i + 1 < len(rest) else ""
+        if name == "--timeout":
+            timeout = clamp_timeout(value)
+        elif name == "--on-timeout":
+            on_timeout = value if value in ("ask", "defer") else "deny"
+    return dialect, timeout, on_timeout
+
+
+def read_stdin(stream: BinaryIO | TextIO) -> HookBody:
+    """Read at most the limit (and one byte more, to tell it was passed)."""
+    binary = getattr(stream, "buffer", None)
+    if binary is not None:
+        data: bytes = binary.read(MAX_HOOK_BODY_BYTES + 1)
+    else:
+        raw = stream.read(MAX_HOOK_BODY_BYTES + 1)
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return read_hook_body(data)
+
+
+def quiet_logging() -> None:
+    """Run as a program, nothing configures logging, so Python would print every warning
+    (with its traceback) on stderr: the hook says each problem in one line itself
+    (`answer_hook`'s `report`). Where logging is configured (a test, an embedding
+    program), its handlers get the records as before."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+
+
+def main(
+    argv: list[str],
+    stdin: BinaryIO | TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    open_client: OpenClient,
+    started: float | None = None,
+) -> int:
+    """Run the hook; returns the exit status, always 0. `open_client` makes the client from
+    the settings (`bot.cli.main.open_client`); `started` (monotonic clock): when the agent's clock
+    for the hook's timeout started (default: now)."""
+    started = time.monotonic() if started is None else started
+    quiet_logging()
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    shape: Any = "PreToolUse"
+    try:
+        dialect, timeout, on_timeout = hook_options(argv)
+        body = read_stdin(stdin)
+        shape = body.shape
+        output = answer(dialect, body, timeout, on_timeout, stderr, env, started, open_client)
+    except BaseException as e:
+        print(f"approval-bot hook: failed ({type(e).__name__}); denied", file=stderr)
+        output = deny(shape, "Approval hook error: internal error; denied")
+    if output:
+        print(json.dumps(output, ensure_ascii=False), file=stdout)
+    stdout.flush()
+    return 0
+
+
+def answer(
+    dialect: str,
+    body: HookBody,
+    timeout: float,
+    on_timeout: str,
+    stderr: TextIO,
+    env: dict[str, str] | None,
+    started: float,
+    open_client: OpenClient,
+) -> dict[str, Any] | None:
+    if body.ungated:
+        return None  # not ours to decide: print nothing
+    if dialect not in DIALECTS:
+        message = f"unknown agent {dialect!r}; use one of {', '.join(DIALECTS)}"
+        print(f"approval-bot hook: {message}", file=stderr)
+        return deny(body.shape, f"Approval hook error: {message}")
+    if body.problem is not None or body.payload is None:
+        print(f"approval-bot hook: {body.problem}", file=stderr)
+        return deny(body.shape, f"Approval hook error: {body.problem}")
+    from bot.core.environment import SettingsError, environment, http_client_settings
+
+    try:
+        # A bot URL and token are all the hook needs: then it loads no other setting (nor
+        # pydantic-settings) and calls over http.client (no aiohttp): every gated tool call
+        # waits for this process.
+        light = http_client_settings(environment(env))
+        if light is not None:
+            return forward(*light, dialect, body, timeout, on_timeout, stderr, started)
+        from bot.core.settings import load_settings
+
+        settings = load_settings(env)
+        make_client = lambda: open_client(settings)  # noqa: E731
+    except SettingsError as e:
+        problems = "; ".join(e.problems)
+        print(f"approval-bot hook: configuration error: {problems}", file=stderr)
+        return deny(body.shape, f"Approval hook is misconfigured: {problems}")
+    import asyncio
+
+    return asyncio.run(
+        _review(dialect, body.payload, timeout, on_timeout, stderr, started, make_client)
+    )
+
+
+def bot_timeout(budget: float) -> float:
+    """The `timeout` to give the bot's hook endpoint so that it answers a little before this
+    process's own `budget` runs out: the endpoint waits `time_budget(timeout)`, so this is its
+    inverse, applied to the budget less a slack for the answer's way back (and a loaded
+    machine's scheduling). Never below the endpoint's least, 1 s."""
+    target = max(budget - min(1.0, max(0.2, budget * 0.2)), 0.05)
+    wanted = target + MAX_MARGIN_SECONDS if target >= 4 * MAX_MARGIN_SECONDS else target / 0.8
+    return max(wanted, MIN_HOOK_TIMEOUT_SECONDS)
+
+
+#: The header in which the bot's hook endpoint names a problem (`bot.http.agent_hooks`).
+PROBLEM_HEADER = "X-Approval-Problem"
+
+
+def forward(
+    url: str,
+    token: str,
+    dialect: str,
+    body: HookBody,
+    timeout: float,
+    on_timeout: str,
+    stderr: TextIO,
+    started: float,
+) -> dict[str, Any] | None:
+    """A hook call through the bot's own hook endpoint (`POST /hooks/claude-code` or
+    `/hooks/codex`, `bot.http.agent_hooks`): the bot reviews it exactly as Claude Code's `http`
+    hook — submit, wait, withdraw on timeout, every failure a deny — and this process only
+    passes the JSON on, with the hook's time left (counted from this process's spawn).
+    Nothing here needs pydantic or asyncio. When the bot cannot be reached, answers other
+    than 200 with a JSON object, or does not answer within the budget, the call is denied
+    here (in `dialect`'s words)."""
+    import http.client
+    from urllib.parse import urlencode, urlsplit
+
+    from approvals.errors import plain
+
+    shape = body.shape
+    elapsed = max(0.0, time.monotonic() - started)
+    budget = max(time_budget(timeout) - elapsed, 0.05)  # answer before the agent gives up
+
+    def refuse(reason: str) -> dict[str, Any]:
+        return deny(shape, codex_reason(reason) if dialect == "codex" else reason)
+
+    def report(line: str) -> None:
+        print(f"approval-bot hook: {line}", file=stderr)
+
+    if time_budget(timeout) - elapsed < MIN_ASK_SECONDS:
+        # As `answer_hook`: too little left to ask anyone, so nothing is sent (the bot would
+        # post a request for at least its least timeout, 1 s, that nobody waits on).
+        report(
+            f"no time left to ask a reviewer ({budget:.2f} s of the hook's budget); {on_timeout}"
+        )
+        why = "No time left to ask a reviewer (the hook's timeout was all but spent)"
+        if on_timeout == "ask":
+            if dialect != "claude-code" or shape != "PreToolUse":
+                return None  # no decision: the agent's own approval flow takes over
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "ask",
+                    "permissionDecisionReason": f"{why}; please decide here.",
+                }
+            }
+        return refuse(f"{why}; denied by default.")
+    parts = urlsplit(url)
+    query = urlencode({"timeout": f"{bot_timeout(budget):.3f}", "on_timeout": on_timeout})
+    payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
+    connection: http.client.HTTPConnection
+    if parts.scheme == "https":
+        connection = http.client.HTTPSConnection(parts.netloc, timeout=budget)
+    else:
+        connection = http.client.HTTPConnection(parts.netloc, timeout=budget)
+
+    try:
+        connection.request(
+            "POST",
+            f"{parts.path}/hooks/{dialect}?{query}",
+            body=payload,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        status, text = response.status, response.read()
+        problem = response.getheader(PROBLEM_HEADER)
+    except TimeoutError:
+        # Rounded down: "within 4.0 s" after waiting 3.96 s would claim more than was waited.
+        waited = f"{math.floor(budget * 10) / 10:.1f}"
+        report(f"no answer from the approval bot at {url} within {waited} s; denied")
+        return refuse(f"No approval decision within {waited} s; denied by default.")
+    except (OSError, http.client.HTTPException) as e:
+        where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        report(f"approval bot at {url} is unreachable: {plain(e, where)}; denied")
+        return refuse(f"Approval service error: {UNREACHABLE_REASON}")
+    finally:
+        connection.close()
+    try:
+        output = json.loads(text) if status == 200 else None
+    except ValueError:
+        output = None
+    if not isinstance(output, dict):
+        report(f"the approval bot at {url} answered HTTP {status} without a decision; denied")
+        return refuse(f"Approval service error: unexpected answer (HTTP {status})")
+    if problem:
+        report(problem)
+    return output or None  # {}: an event the bot does not gate
+
+
+async def _review(
+    dialect: str,
+    payload: dict[str, Any],
+    timeout: float,  # noqa: ASYNC109 - the agent's hook timeout, a budget run_hook keeps to
+    on_timeout: str,
+    stderr: TextIO,
+    started: float,
+    make_client: Callable[[], ApprovalClient],
+) -> dict[str, Any] | None:
+    from approvals.errors import AlreadyDecided
+    from approvals.integrations.coding_agents import (
+        answer_hook,
+        failure_reason,
+        for_dialect,
+        hook_metadata,
+        output_for_failure,
+        time_budget,
+    )
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+
+    named = payload.get("hook_event_name")
+    shape: Any = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
+    try:
+        client = make_client()
+    except Exception as e:
+        reason = getattr(e, "message", None) or failure_reason(e)
+        print(f"approval-bot hook: {reason}", file=stderr)
+        return for_dialect(dialect, output_for_failure(shape, str(reason)))  # type: ignore[arg-type]
+    try:
+        metadata = hook_metadata(payload)
+    except Exception:
+        metadata = {}  # answer_hook denies input that does not validate
+    # Counted from this process's spawn (`started`): the agent's clock for the hook's timeout.
+    budget = time_budget(timeout) - max(0.0, time.monotonic() - started)
+    end = time.monotonic() + budget
+    deferring = on_timeout == "defer"
+
+    async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        # Reviewers see the real deadline: when this hook stops waiting — so a request a failed
+        # withdrawal leaves behind expires as the hook gives up — or with defer the route's
+        # (the agent comes back for the answer later).
+        left = max(end - time.monotonic(), 0.05)
+        config = ApprovalConfig() if deferring else ApprovalConfig(deadline_seconds=left)
+        return (await client.submit(event, config, metadata=metadata)).to_request()
+
+    async def wait(request_id: str, limit: float) -> ApprovalRequest:
+        return (await client.wait(request_id, limit)).to_request()
+
+    async def cancel(request_id: str, reason: str) -> ApprovalRequest:
+        try:
+            cancelled = await client.cancel(request_id, reason=reason)
+        except AlreadyDecided:
+            cancelled = await client.get(request_id)
+        return cancelled.to_request()
+
+    async def cancel_call(call_id: str, reason: str) -> ApprovalRequest | None:
+        found = await client.cancel_call(call_id, reason=reason)
+        return None if found is None else found.to_request()
+
+    def report(line: str) -> None:
+        print(f"approval-bot hook: {line}", file=stderr)
+
+    try:
+        return await answer_hook(
+            dialect,  # type: ignore[arg-type]
+            payload,
+            submit,
+            wait,
+            timeout=max(budget, 0.05),
+            on_timeout=on_timeout,  # type: ignore[arg-type]
+            cancel=cancel,
+            cancel_call=cancel_call,
+            report=report,
+        )
+    finally:
+        try:
+            await client.aclose()
+        except Exception as e:
+            log.warning("closing the client failed error=%s", type(e).__name__)

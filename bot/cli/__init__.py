@@ -1,0 +1,1 @@
+"""`approval-bot`: the command line, one module per command group (registered in `bot.cli.main`)."""

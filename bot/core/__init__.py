@@ -1,0 +1,1 @@
+"""The process's skeleton: composing and running the bot, its settings, logging and shutdown."""

@@ -1,0 +1,371 @@
+"""Masking secrets before anything reaches Slack: texts, argument trees, and whole payloads.
+
+The rules that recognise a secret live in `bot.masking.rules`; this module
+applies them. Two layers:
+
+- The renderers (`bot.slack.render.request_message`, `bot.slack.render.modals`) mask with what they
+know about a
+  request: every value of a `secret` request, the values of secret-named
+  arguments (`hidden_values`) wherever they reappear, and every rule.
+- `outbound(payload)` is the one entry point every payload bound for Slack
+  passes, whatever the surface (messages, updates, modals, ephemeral replies,
+  DMs, App Home): `bot.slack.client.MaskingWebClient` runs it on every Web API
+  call, and `bot.core.app` on every response to `/slack/events`. A request message
+  the renderer drew (`Masked`, made only by `bot.slack.render.request_message`) was masked piece by
+  piece as it was drawn and passes as it is: the dispatcher's posts and updates
+  are not scanned twice.
+
+A masked value stays usable: `••••••(16-31 chars)` keeps its place (and so its
+argument name) and tells the reviewer its length class, never its text.
+Masking errs on the side of hiding too much: a reviewer can look a value up
+in the approval record; a token posted to a channel cannot be taken back.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bot.masking.rules import RULES, find, is_secret_name, normalise
+
+MASK = "••••••"
+#: A mask as `masked()` writes it (or a bare `MASK`): never masked again.
+_MASKED = re.compile(r"••••••(?:\((?:\d+-\d+|\d+\+) chars\))?")
+_LENGTH_CLASSES = ((7, "1-7"), (15, "8-15"), (31, "16-31"), (63, "32-63"))
+
+#: Literal values shorter than this are not scrubbed out of free text (too many false hits).
+MIN_SCRUB_LEN = 3
+
+#: Payload keys that carry our own ids, not text (left exactly as they are by `outbound`).
+STRUCTURAL_KEYS = frozenset(
+    {
+        "type", "action_id", "block_id", "callback_id", "private_metadata", "trigger_id",
+        "channel", "ts", "thread_ts", "user", "users", "view_id", "external_id", "hash",
+        "style", "response_action", "event_type", "emoji",
+    }
+)  # fmt: skip
+
+
+def length_class(length: int) -> str:
+    for upper, label in _LENGTH_CLASSES:
+        if length <= upper:
+            return label
+    return "64+"
+
+
+def masked(length: int) -> str:
+    """What a secret of `length` characters becomes: `••••••(8-15 chars)`."""
+    return f"{MASK}({length_class(max(1, length))} chars)"
+
+
+def is_sensitive_key(name: object) -> bool:
+    """Whether an argument named `name` holds a secret by its name (password, token, api_key, …)."""
+    return is_secret_name(str(name))
+
+
+# ---------------------------------------------------------------- text
+
+
+#: `mask_text` keeps this many recent answers (a request's texts are masked again for each
+#: message, update, reminder and App Home view of it; Block Kit's fixed labels every time).
+CACHE_SIZE = 4096
+#: Texts longer than this are masked afresh each time (a cache of big texts would hold a lot).
+CACHE_MAX_LEN = 4096
+
+
+def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
+    """`text` with every secret the rules find masked, and each of `hide` (values known to be
+    secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
+    text (NFKC, zero-width characters removed); everything not masked is kept as it was.
+
+    A pure function of (`text`, `hide`): answers for short texts come from a bounded cache
+    (`CACHE_SIZE`), which holds only what this process already holds (the requests it
+    renders) and is never shared."""
+    hidden = hide if isinstance(hide, tuple) else tuple(hide)
+    if len(text) > CACHE_MAX_LEN or sum(map(len, hidden)) > CACHE_MAX_LEN:
+        return _mask_text(text, hidden)
+    return _mask_text_cached(text, hidden)
+
+
+def _mask_text(text: str, hide: tuple[str, ...]) -> str:
+    norm, where = normalise(text)
+    spans = [(start, end) for start, end, _ in find(norm)]
+    for literal in _literals(hide):
+        at = norm.find(literal)
+        while at != -1:
+            spans.append((at, at + len(literal)))
+            at = norm.find(literal, at + len(literal))
+    if not spans:
+        return text
+    kept = [m.span() for m in _MASKED.finditer(norm)]
+    out: list[str] = []
+    done = 0  # index into `text` copied so far
+    for start, end in _merge(_outside(spans, kept)):
+        begin = start if where is None else where[start]
+        stop = end if where is None else where[end - 1] + 1
+        if begin < done:
+            continue
+        out.append(text[done:begin])
+        out.append(masked(end - start))
+        done = stop
+    out.append(text[done:])
+    return "".join(out)
+
+
+_mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)
+
+
+def clear_cache() -> None:
+    """Forget every cached answer (benchmarks measure masking afresh with it)."""
+    _mask_text_cached.cache_clear()
+    _spread_texts_cached.cache_clear()
+    is_secret_name.cache_clear()
+
+
+def _literals(hide: Iterable[str]) -> list[str]:
+    found: set[str] = set()
+    for value in hide:
+        norm = normalise(value)[0]
+        for form in (norm, json.dumps(norm, ensure_ascii=False)[1:-1], json.dumps(norm)[1:-1]):
+            if len(form) >= MIN_SCRUB_LEN:
+                found.add(form)
+    return sorted(found, key=len, reverse=True)
+
+
+def _outside(spans: list[tuple[int, int]], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` minus the parts that are masks already (whatever is left still gets masked)."""
+    if not kept:
+        return spans
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        pieces = [(start, end)]
+        for k_start, k_end in kept:
+            next_pieces = []
+            for s, e in pieces:
+                if k_end <= s or k_start >= e:
+                    next_pieces.append((s, e))
+                    continue
+                if s < k_start:
+                    next_pieces.append((s, k_start))
+                if k_end < e:
+                    next_pieces.append((k_end, e))
+            pieces = next_pieces
+        out += pieces
+    return out
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+# ---------------------------------------------------------------- argument trees
+
+
+def mask_value(value: Any) -> Any:
+    """Mask a whole value: each leaf becomes `masked(length)`; dict keys and list shapes stay."""
+    if isinstance(value, Mapping):
+        return _map_keys({k: mask_value(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return [mask_value(v) for v in value]
+    text = json.dumps(value) if value is None or isinstance(value, bool) else str(value)
+    return masked(len(text))
+
+
+def mask_arguments(arguments: Mapping[str, Any], sensitivity: str) -> dict[str, Any]:
+    """A copy of `arguments` safe to show: every value masked under `secret` sensitivity;
+    otherwise values of secret-named keys masked and secrets in strings masked, at any depth,
+    and whole the strings a secret spreads over (`spread_values`: a private key one line
+    per list item, or split over sibling arguments)."""
+    if sensitivity == "secret":
+        return _map_keys({k: mask_value(v) for k, v in arguments.items()})
+    spread = spread_values(arguments)
+    return _map_keys({k: _mask_item(k, v, spread) for k, v in arguments.items()})
+
+
+def _mask_item(key: object, value: Any, spread: frozenset[str]) -> Any:
+    if is_sensitive_key(key):
+        return mask_value(value)
+    return _mask_nested(value, spread)
+
+
+def _mask_nested(value: Any, spread: frozenset[str]) -> Any:
+    if isinstance(value, str):
+        return masked(len(value)) if value in spread else mask_text(value)
+    if isinstance(value, Mapping):
+        return _map_keys({k: _mask_item(k, v, spread) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return [_mask_nested(v, spread) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return mask_text(str(value))
+
+
+def spread_values(arguments: Mapping[str, Any]) -> frozenset[str]:
+    """The argument strings a secret spreads over when they are read in order, one after
+    the other — a private key one line per list item or split over sibling arguments
+    (`{"head": "-----BEGIN …", "body": "MIIE…", "tail": "-----END …"}`) — each of which
+    alone may show nothing the rules find. Every string outside secret-named keys, depth
+    first, in order."""
+    texts: list[str] = []
+    stack: list[Any] = [arguments]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, Mapping):
+            stack.extend(reversed([v for k, v in item.items() if not is_sensitive_key(k)]))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
+    if len(texts) < 2:
+        return frozenset()
+    if sum(map(len, texts)) > CACHE_MAX_LEN:
+        return _spread_texts(tuple(texts))
+    return _spread_texts_cached(tuple(texts))
+
+
+def _spread_texts(texts: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(texts[i] for i in _spread_secrets(list(texts)))
+
+
+_spread_texts_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_spread_texts)
+
+
+#: The rules a secret cut anywhere is looked for with, its pieces joined as they are: a
+#: private key (its header line may be cut too). Token rules are not: joined as they are,
+#: a token would run on into the next harmless item ("Bearer abc" + "Accept: json").
+_UNCUT_RULES = tuple(r for r in RULES if r.name == "pem_private_key")
+
+
+def _spread_secrets(items: list[Any]) -> list[int]:
+    """Indices of the string items a secret spreads over: read one after the other, joined by
+    a line break (a PEM key one line per item; every rule) and joined as they are (a private
+    key cut anywhere, its header line included: `_UNCUT_RULES`)."""
+    texts = [(i, normalise(v)[0]) for i, v in enumerate(items) if isinstance(v, str)]
+    if len(texts) < 2:
+        return []
+    spread: set[int] = set()
+    for joint, rules in (("\n", RULES), ("", _UNCUT_RULES)):
+        starts, at = [], 0
+        for _, text in texts:
+            starts.append(at)
+            at += len(text) + len(joint)
+        for start, end, _ in find(joint.join(text for _, text in texts), rules):
+            touched = [
+                i
+                for (i, text), s in zip(texts, starts, strict=True)
+                if s < end and start < s + len(text) + len(joint)
+            ]
+            if len(touched) > 1:
+                spread.update(touched)
+    return sorted(spread)
+
+
+def _map_keys(masked_items: dict[Any, Any]) -> dict[str, Any]:
+    """Mask secret-looking dict keys too, keeping keys distinct when two mask to the same text."""
+    out: dict[str, Any] = {}
+    for key, value in masked_items.items():
+        name = mask_text(str(key))
+        unique, n = name, 1
+        while unique in out:
+            n += 1
+            unique = f"{name} ({n})"
+        out[unique] = value
+    return out
+
+
+def hidden_values(arguments: Mapping[str, Any], sensitivity: str) -> list[str]:
+    """Argument values that must not appear in free text (the prompt, the command, a reason):
+    all of them under `secret` sensitivity, else those under secret-named keys and the
+    strings a secret spreads over (`spread_values`)."""
+    if sensitivity == "secret":
+        return secret_values(arguments)
+    found: list[str] = list(spread_values(arguments))
+    stack: list[Any] = [arguments]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, value in item.items():
+                if is_sensitive_key(key):
+                    found += secret_values(value)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
+
+
+def secret_values(value: Any) -> list[str]:
+    """Every leaf of `value` as text (dict keys excluded), for `mask_text(..., hide=...)`."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif item is None or isinstance(item, bool):
+            continue
+        else:
+            found.append(str(item))
+    return found
+
+
+# ---------------------------------------------------------------- the way out to Slack
+
+
+def outbound(payload: Any) -> Any:
+    """The one masking entry point for anything sent to Slack: every string in `payload`
+    (a Web API call's arguments, a view, a response body) with every rule applied, except
+    under `STRUCTURAL_KEYS` (our ids, channel ids, timestamps). Lists spread over items
+    (a PEM key one line per item) are caught as in `mask_arguments`. A string never grows
+    (a mask can be longer than what it hides): the renderer kept it within Slack's limits.
+    A `Masked` message (drawn from masked pieces by `bot.slack.render.request_message`) is returned
+    as it is."""
+    if isinstance(payload, str):
+        return _within(mask_text(payload), len(payload))
+    kind = type(payload)
+    if kind is Masked:
+        return payload
+    # A message is a few hundred plain dicts and lists: `type(...) is` first, since an
+    # `isinstance` against the `Mapping` ABC costs several times as much.
+    if kind is dict or (kind is not list and isinstance(payload, Mapping)):
+        return {
+            k: v if k in STRUCTURAL_KEYS and isinstance(v, str) else outbound(v)
+            for k, v in payload.items()
+        }
+    if kind is list or isinstance(payload, list | tuple):
+        items = [outbound(v) for v in payload]
+        for i in _spread_secrets(list(payload)):
+            items[i] = _within(masked(len(payload[i])), len(payload[i]))
+        return items
+    return payload
+
+
+class Masked(dict[str, Any]):
+    """A request message (`text`, `blocks`) that `bot.slack.render.request_message` drew from
+    masked pieces only:
+    every string an agent controls went through `mask_text` / `mask_arguments` with the
+    request's hidden values, and everything else in it is ours (labels, ids, dates, Slack
+    ids matched by pattern). `outbound` sends it as it is instead of scanning its strings
+    again (~60 µs of a post's CPU). Only the renderers of `bot.slack.render.request_message` make
+    one; the
+    no-leak tests render every fake of the corpus in every field without `outbound`, and
+    check that `Masked` is made nowhere else. A copy or merge (`|`, `dict(...)`, `{**m}`)
+    is a plain dict again: scanned on the way out like any other payload."""
+
+    __slots__ = ()
+
+
+def _within(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (ending in `…`) if it grew past it."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"

@@ -1,0 +1,1 @@
+"""Operating the bot: doctor, metrics, the embedded Redis and where Redis is."""

@@ -1,0 +1,1 @@
+"""Slack work out: the outbox dispatcher, paced calls, copies, digests, reminders."""

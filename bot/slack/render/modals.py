@@ -1,0 +1,238 @@
+"""Block Kit modals (the Deny and Respond dialogs) and refusal texts (pure: dicts out).
+
+Strings from a request are masked and escaped as in `bot.slack.render.request_message`; a modal's
+title, submit and close texts are cut to Slack's 24 characters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from approvals._internal.edits import current_version
+from approvals.models import ApprovalRequest
+from bot.masking.masker import mask_text
+from bot.slack import action_ids as ids
+from bot.slack.render.request_message import (
+    MAX_OPTION_TEXT,
+    MAX_SECTION,
+    MAX_SELECT_OPTIONS,
+    Block,
+    _context,
+    _plain,
+    _section,
+    _view,
+    clip,
+    clip_escaped,
+    quorum_progress,
+    request_blocks,
+    where,
+    who,
+)
+
+MAX_MODAL_TITLE = 24
+RefusalKind = Literal[
+    "already_decided",
+    "not_reviewer",
+    "self_approval",
+    "already_voted",
+    "not_found",
+    "stale_option",
+    "edited_since",
+    "moved",
+]
+
+
+# ---------------------------------------------------------------- modals
+
+
+def _modal(
+    req: ApprovalRequest,
+    callback_id: str,
+    title: str,
+    submit: str,
+    blocks: list[Block],
+    channel: str | None,
+    ts: str | None,
+    version: str = "",
+) -> dict[str, Any]:
+    if req.message:
+        channel = channel or req.message.channel
+        ts = ts or req.message.ts
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "private_metadata": ids.encode_metadata(req.id, channel, ts, version),
+        "title": _plain(title, MAX_MODAL_TITLE),
+        "submit": _plain(submit, MAX_MODAL_TITLE),
+        "close": _plain("Cancel", MAX_MODAL_TITLE),
+        "blocks": blocks,
+    }
+
+
+def _text_input(block_id: str, action_id: str, label: str, *, optional: bool) -> Block:
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "optional": optional,
+        "label": _plain(label, 2000),
+        "element": {
+            "type": "plain_text_input",
+            "action_id": action_id,
+            "multiline": True,
+            "max_length": MAX_SECTION,
+        },
+    }
+
+
+def deny_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Deny dialog: an optional reason the agent is told."""
+    v = _view(req)
+    intro = clip_escaped(f"Deny {v.tool}?\n{v.prompt}", MAX_SECTION)
+    reason = _text_input(ids.REASON_BLOCK, ids.REASON_ACTION, "Reason (optional)", optional=True)
+    reason["hint"] = _plain("The agent is told this reason.", 2000)
+    blocks = [_section(intro), reason]
+    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts)
+
+
+def input_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Respond dialog of kind `input`: the prompt and a required answer."""
+    v = _view(req)
+    answer = _text_input(ids.INPUT_BLOCK, ids.INPUT_ACTION, "Your answer", optional=False)
+    answer["element"]["min_length"] = 1
+    blocks = [_section(clip_escaped(v.prompt, MAX_SECTION)), answer]
+    return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
+
+
+def edit_modal(
+    req: ApprovalRequest, text: str, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The Edit… dialog: the arguments as JSON (`text`, masked:
+    `bot.slack.render.edit_form.edit_text`) to
+    change, and an optional note. Submitting approves the edited call (or, on a quorum
+    route, proposes it: the votes restart)."""
+    v = _view(req)
+    restart = " Earlier votes are dropped: the reviewers vote again." if req.quorum > 1 else ""
+    intro = clip_escaped(
+        f"Edit the arguments of {v.tool}, then approve the edited call.{restart}\n"
+        "Masked values (••••••) keep their real value if left exactly as shown.",
+        MAX_SECTION,
+    )
+    arguments = _text_input(ids.EDIT_BLOCK, ids.EDIT_ACTION, "Arguments (JSON)", optional=False)
+    arguments["element"]["initial_value"] = text
+    note = _text_input(ids.NOTE_BLOCK, ids.NOTE_ACTION, "Note (optional)", optional=True)
+    note["hint"] = _plain("Shown with the edit; the agent is told it too.", 2000)
+    blocks = [_section(intro), arguments, note]
+    title = "Approve with edits" if req.quorum <= 1 else "Propose an edit"
+    submit = "Approve edited" if req.quorum <= 1 else "Propose"
+    version = req.proposal.version if req.proposal else ""
+    return _modal(req, ids.EDIT_MODAL, title, submit, blocks, channel, ts, version)
+
+
+def review_options(req: ApprovalRequest) -> list[tuple[str, str]]:
+    """(value, label) of the review modal's decisions for this request's kind."""
+    if req.config.kind == "choice":
+        options = [mask_text(o) for o in req.config.options or ()][: MAX_SELECT_OPTIONS - 1]
+        chosen = [(f"{ids.REVIEW_CHOOSE}{i}", f"Choose: {o}") for i, o in enumerate(options)]
+        return [*chosen, (ids.REVIEW_DENY, "Deny")]
+    if req.config.kind == "input":
+        return [(ids.REVIEW_RESPOND, "Respond with the answer below"), (ids.REVIEW_DENY, "Deny")]
+    approve = "Approve edited" if req.proposal else "Approve"
+    return [(ids.REVIEW_APPROVE, approve), (ids.REVIEW_DENY, "Deny")]
+
+
+def review_modal(
+    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+) -> dict[str, Any]:
+    """The review dialog of a digest row: the request exactly as its own message would show
+    it (masked), a decision, and an answer or reason. It is bound to the version of the
+    arguments shown: an edit made meanwhile turns the decision away (`edited_since`)."""
+    blocks = request_blocks(req)
+    blocks.append(
+        _context(
+            "To edit the arguments or approve for the session, use "
+            f"`/approvals {clip_escaped(req.id, 100)}`."
+        )
+    )
+    decision: Block = {
+        "type": "input",
+        "block_id": ids.REVIEW_DECISION_BLOCK,
+        "label": _plain("Decision", 2000),
+        "element": {
+            "type": "static_select",
+            "action_id": ids.REVIEW_DECISION_ACTION,
+            "placeholder": _plain("Choose…", 150),
+            "options": [
+                {"text": _plain(label, MAX_OPTION_TEXT), "value": value}
+                for value, label in review_options(req)
+            ],
+        },
+    }
+    if req.config.kind == "input":
+        label = "Your answer (needed to respond; the reason if you deny)"
+    else:
+        label = "Reason (optional; the agent is told it if you deny)"
+    text = _text_input(ids.REVIEW_TEXT_BLOCK, ids.REVIEW_TEXT_ACTION, label, optional=True)
+    blocks += [decision, text]
+    # A modal holds 100 blocks; the request's part is at most a dozen.
+    return _modal(
+        req,
+        ids.REVIEW_MODAL,
+        "Review request",
+        "Submit",
+        blocks,
+        channel,
+        ts,
+        current_version(req),
+    )
+
+
+def modal_errors(block_id: str, message: str) -> dict[str, Any]:
+    """A `view_submission` answer that shows `message` under the input `block_id`."""
+    return {"response_action": "errors", "errors": {block_id: clip(message, 150)}}
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
+    """The ephemeral explanation for a click that changed nothing."""
+    if kind == "not_reviewer":
+        return "You are not one of the reviewers for this request."
+    if kind == "self_approval":
+        return "You asked for this; someone else has to decide."
+    if kind == "not_found" or req is None:
+        return "This approval request no longer exists (it may have expired from the record)."
+    if kind == "stale_option":
+        return "That option is not one this request offers; nothing was recorded."
+    if kind == "edited_since":
+        return (
+            "The arguments were edited since you looked; nothing was recorded. "
+            "Look at the updated message and decide again."
+        )
+    if kind == "moved":
+        return (
+            f"This request was escalated to {where(req.channel or '')}; decide it there "
+            "(this list no longer does)."
+        )
+    if kind == "already_voted":
+        progress = f" ({quorum_progress(req)})" if req.quorum > 1 else ""
+        return f"You have already voted on this request{progress}."
+    if kind != "already_decided":
+        raise ValueError(f"unknown refusal kind {kind!r}")
+    d = req.decision
+    by = f" by {who(d.decided_by)}" if d and d.decided_by else ""
+    hide = _view(req).hide
+    reason = f": {clip_escaped(mask_text(d.reason, hide=hide), 500)}" if d and d.reason else ""
+    texts = {
+        "approved": f"Already approved{by}.",
+        "denied": f"Already denied{by}{reason}.",
+        "expired": "This request has expired; nothing was changed.",
+        "cancelled": f"This request was cancelled{by}.",
+        "error": f"This request ended with an error{reason}.",
+        "pending": "This request is still waiting for a decision.",
+    }
+    return texts[req.status]

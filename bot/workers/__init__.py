@@ -1,0 +1,1 @@
+"""Background loops beside the dispatcher: the deadline sweeper and the webhook worker."""
