@@ -47,7 +47,7 @@ async def test_pending_requests_survive_a_failover_and_decisions_after_it_reach_
         await slack.wait_for("chat.postMessage", 1)
         channel, message = posted_message(slack, first.id)
         # Replication is asynchronous: WAIT makes this test's writes reach the replica
-        # before the failover (see README "Highly available Redis" for what WAIT changes).
+        # before the failover (docs/operating/redis.md says what WAIT changes).
         assert await bot.ctx.redis.execute_command("WAIT", 1, 5000) == 1
         waiting = asyncio.create_task(bot.ctx.waiter.wait(first.id, 60))
         base = f"http://127.0.0.1:{bot.port}"

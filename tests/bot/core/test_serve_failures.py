@@ -336,8 +336,8 @@ def test_an_invalid_policy_file_stops_serve_with_exit_2_and_every_problem(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The README says an invalid policy file stops `serve` (exit 2), listing every problem
-    (field errors and route references together), with no traceback."""
+    """docs/operating/policy.md says an invalid policy file stops `serve` (exit 2), listing every
+    problem (field errors and route references together), with no traceback."""
     bad = tmp_path / "policy.yaml"
     bad.write_text(
         "routes:\n  default: {channel: C0A, quorum: 0}\n"
