@@ -5,17 +5,21 @@
     async with ApprovalClient.from_env() as client:
         approval = await client.request_and_wait("deploy", {"env": "prod"}, timeout=600)
 
-Every public name is listed in `__all__` and importable from here; the modules
-that define them may move. Names are imported on first use, so `import approvals`
-stays cheap (no Redis, aiohttp or pydantic until something needs them). The
-subpackages `approvals._internal.store` and the modules marked "Internal" are not a stable
-API; `approvals.integrations` holds the adapters for optional frameworks
-(OpenAI Agents SDK, LangGraph), imported from there because they need extras.
+Every public name is in `__all__`, importable from here, and defined in a public module:
+`client` (the clients), `gate` (`require_approval` and its results), `approval` (the
+approval object), `models` (what a request says and how it is reviewed), `errors`,
+`review` (the review-plugin protocol), `webhooks` (a decision webhook's request), and
+`integrations` (Claude Code and Codex hook JSON, OpenAI Agents SDK, LangGraph: imported from
+there, the frameworks need extras). `approvals._internal` is the server's domain (service,
+policy, the Redis store) that the bot and the Redis transport run: not a stable API.
+Names are imported on first use, so `import approvals` stays cheap (no Redis, aiohttp or
+pydantic until something needs them).
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,15 +43,11 @@ if TYPE_CHECKING:
         current_approval,
         require_approval,
     )
-    from approvals.integrations.coding_agents import answer_hook
-    from approvals.integrations.hook_input import time_budget
-    from approvals.integrations.slack_review import SlackApprovalHook
+    from approvals.integrations.slack_review import SlackReviewPlugin
     from approvals.models import (
         ApprovalConfig,
         ApprovalEvent,
-        ApprovalRequest,
         Decision,
-        EventKind,
         GateRequest,
         Kind,
         Sensitivity,
@@ -56,21 +56,16 @@ if TYPE_CHECKING:
     from approvals.review import (
         Allow,
         Async,
-        AwaitResult,
         Deny,
-        Hook,
-        HookLike,
+        ReviewPlugin,
         ReviewResult,
-        StaticPolicyHook,
-        Verdict,
-        run_hook,
+        run_review,
     )
     from approvals.webhooks import Callback
 
 #: Where each public name is defined (read on first access of the name).
 _SOURCES: dict[str, str] = {
     "Approval": "approvals.approval",
-    "Callback": "approvals.webhooks",
     "ApprovalClient": "approvals.client",
     "SyncApprovalClient": "approvals.client",
     "AlreadyDecided": "approvals.errors",
@@ -83,32 +78,40 @@ _SOURCES: dict[str, str] = {
     "StoreUnavailable": "approvals.errors",
     "ApprovalFailed": "approvals.gate",
     "Denied": "approvals.gate",
-    "GateRequest": "approvals.models",
     "ReviewFailed": "approvals.gate",
     "ToolDenied": "approvals.gate",
     "current_approval": "approvals.gate",
     "require_approval": "approvals.gate",
-    "Allow": "approvals.review",
-    "Async": "approvals.review",
-    "AwaitResult": "approvals.review",
-    "Deny": "approvals.review",
-    "Hook": "approvals.review",
-    "HookLike": "approvals.review",
-    "ReviewResult": "approvals.review",
-    "StaticPolicyHook": "approvals.review",
-    "Verdict": "approvals.review",
-    "run_hook": "approvals.review",
-    "SlackApprovalHook": "approvals.integrations.slack_review",
-    "answer_hook": "approvals.integrations.coding_agents",
-    "time_budget": "approvals.integrations.hook_input",
+    "SlackReviewPlugin": "approvals.integrations.slack_review",
     "ApprovalConfig": "approvals.models",
     "ApprovalEvent": "approvals.models",
-    "ApprovalRequest": "approvals.models",
     "Decision": "approvals.models",
-    "EventKind": "approvals.models",
+    "GateRequest": "approvals.models",
     "Kind": "approvals.models",
     "Sensitivity": "approvals.models",
     "Status": "approvals.models",
+    "Allow": "approvals.review",
+    "Async": "approvals.review",
+    "Deny": "approvals.review",
+    "ReviewPlugin": "approvals.review",
+    "ReviewResult": "approvals.review",
+    "run_review": "approvals.review",
+    "Callback": "approvals.webhooks",
+}
+
+#: Names of 0.1.0 that still resolve, with a DeprecationWarning: old name → (module, name).
+_RENAMED: dict[str, tuple[str, str]] = {
+    "Hook": ("approvals.review", "ReviewPlugin"),
+    "HookLike": ("approvals.review", "ReviewPluginLike"),
+    "StaticPolicyHook": ("approvals.review", "StaticPolicyPlugin"),
+    "run_hook": ("approvals.review", "run_review"),
+    "SlackApprovalHook": ("approvals.integrations.slack_review", "SlackReviewPlugin"),
+    "AwaitResult": ("approvals.review", "AwaitResult"),
+    "Verdict": ("approvals.review", "Verdict"),
+    "EventKind": ("approvals.models", "EventKind"),
+    "ApprovalRequest": ("approvals.models", "ApprovalRequest"),
+    "answer_hook": ("approvals.integrations.coding_agents", "answer_hook"),
+    "time_budget": ("approvals.integrations.hook_input", "time_budget"),
 }
 
 __all__ = [
@@ -120,48 +123,48 @@ __all__ = [
     "ApprovalError",
     "ApprovalEvent",
     "ApprovalFailed",
-    "ApprovalRequest",
     "ApprovalTimeout",
     "Async",
-    "AwaitResult",
     "Callback",
     "Decision",
     "Denied",
     "Deny",
-    "EventKind",
     "GateRequest",
-    "Hook",
-    "HookLike",
     "InvalidRequest",
     "Kind",
     "NotAllowed",
     "NotFound",
     "PayloadTooLarge",
     "ReviewFailed",
+    "ReviewPlugin",
     "ReviewResult",
     "Sensitivity",
-    "SlackApprovalHook",
-    "StaticPolicyHook",
+    "SlackReviewPlugin",
     "Status",
     "StoreUnavailable",
     "SyncApprovalClient",
     "ToolDenied",
-    "Verdict",
-    "answer_hook",
     "current_approval",
     "require_approval",
-    "run_hook",
-    "time_budget",
+    "run_review",
 ]
 
 
 def __getattr__(name: str) -> Any:
     source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module 'approvals' has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    if source is not None:
+        value = getattr(importlib.import_module(source), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name in _RENAMED:
+        module, new = _RENAMED[name]
+        warnings.warn(
+            f"approvals.{name} is deprecated: use {module}.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), new)
+    raise AttributeError(f"module 'approvals' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

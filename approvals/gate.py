@@ -1,6 +1,6 @@
 """`require_approval`: gate a sync or async function behind a reviewer's decision.
 
-The handler (a sync/async callable `GateRequest -> Decision`, or a hook) sees
+The handler (a sync/async callable `GateRequest -> Decision`, or a review plugin) sees
 the canonical parsed arguments. Approve → the function runs, the `Decision`
 available from `current_approval()` and as `approval=` if it declares that
 parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>").
@@ -43,11 +43,11 @@ from approvals.models import (
 from approvals.review import (
     TIMEOUT_REASON,
     Allow,
-    HookLike,
+    ReviewPluginLike,
     call_maybe_async,
     is_async_callable,
 )
-from approvals.review import run_hook as _run_hook
+from approvals.review import run_review as _run_review
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ Rejection = Denied | ApprovalFailed
 
 
 DecisionHandler = Callable[[GateRequest], Decision | Awaitable[Decision]]
-Handler = DecisionHandler | HookLike
+Handler = DecisionHandler | ReviewPluginLike
 
 
 class GatedFunction(Protocol[P, R_co]):
@@ -179,7 +179,7 @@ def require_approval(
     `name`: the tool name reviewers see (default: the function's name).
     `on_deny`: "return" a `Denied` / `ApprovalFailed`, or "raise" `ToolDenied`
     / `ReviewFailed`. `timeout`: seconds to wait for the handler (a timeout
-    denies with "approval timeout"); hooks default to the config's deadline.
+    denies with "approval timeout"); review plugins default to the config's deadline.
     """
     cfg = normalize_config(config)
     if on_deny not in ("return", "raise"):
@@ -366,7 +366,9 @@ Reviewed = Decision | Rejection
 def review_sync(handler: Handler, request: GateRequest, limit: float | None) -> Reviewed:
     """Review `request` from synchronous code; async handlers run on a private event loop."""
     direct = isinstance(handler, TerminalApprover) or (
-        not isinstance(handler, HookLike) and limit is None and not is_async_callable(handler)
+        not isinstance(handler, ReviewPluginLike)
+        and limit is None
+        and not is_async_callable(handler)
     )
     if not direct:
         return _run_blocking(lambda: review_async(handler, request, limit))
@@ -383,8 +385,8 @@ def review_sync(handler: Handler, request: GateRequest, limit: float | None) -> 
 
 async def review_async(handler: Handler, request: GateRequest, limit: float | None) -> Reviewed:
     """Review `request` from async code; sync handlers run in a worker thread."""
-    if isinstance(handler, HookLike):
-        return await _review_with_hook(handler, request, limit)
+    if isinstance(handler, ReviewPluginLike):
+        return await _review_with_plugin(handler, request, limit)
     scope = asyncio.timeout(limit)
     try:
         async with scope:
@@ -399,7 +401,9 @@ async def review_async(handler: Handler, request: GateRequest, limit: float | No
     return _from_result(request, result)
 
 
-async def _review_with_hook(hook: HookLike, request: GateRequest, limit: float | None) -> Reviewed:
+async def _review_with_plugin(
+    plugin: ReviewPluginLike, request: GateRequest, limit: float | None
+) -> Reviewed:
     try:
         event = request.event()
         check_event_size(event)
@@ -408,7 +412,7 @@ async def _review_with_hook(hook: HookLike, request: GateRequest, limit: float |
     if limit is None:
         limit = request.config.deadline_seconds or float(DEFAULT_DEADLINE_SECONDS)
     context = {"config": request.config, "prompt": request.prompt, "call_id": request.call_id}
-    verdict = await _run_hook(hook, event, context, limit)
+    verdict = await _run_review(plugin, event, context, limit)
     if isinstance(verdict, Allow):
         decision = verdict.decision or Decision.approve(for_session=verdict.for_session, via="hook")
         return _from_result(request, decision)

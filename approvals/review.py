@@ -1,9 +1,10 @@
-"""The hook protocol (docs/ARCHITECTURE.md): review results, the `Hook` base class and `run_hook`.
+"""The review-plugin protocol (docs/ARCHITECTURE.md): review results, the `ReviewPlugin` base class
+and `run_review`.
 
-A hook reviews one `ApprovalEvent` and answers at once (`Allow` / `Deny`) or
-later (`Async(ref)`, then `await_decision(ref, timeout)`). `run_hook` drives a
-hook through one event and always ends in `Allow` or `Deny`: it fails closed,
-so a hook that raises, returns nonsense or never answers denies the call.
+A review plugin reviews one `ApprovalEvent` and answers at once (`Allow` / `Deny`) or
+later (`Async(ref)`, then `await_decision(ref, timeout)`). `run_review` drives a
+plugin through one event and always ends in `Allow` or `Deny`: it fails closed,
+so a plugin that raises, returns nonsense or never answers denies the call.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ T = TypeVar("T")
 
 #: Reason of the denial an await timeout turns into.
 TIMEOUT_REASON = "approval timeout"
-#: How long past its own timeout `run_hook` lets `await_decision` run before giving up on it.
+#: How long past its own timeout `run_review` lets `await_decision` run before giving up on it.
 AWAIT_GRACE_SECONDS = 1.0
 
 
@@ -61,7 +62,7 @@ class Deny:
 
 @dataclass(frozen=True)
 class Async:
-    """The decision comes later: `run_hook` calls `await_decision(ref, timeout)`."""
+    """The decision comes later: `run_review` calls `await_decision(ref, timeout)`."""
 
     ref: Any
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -93,11 +94,11 @@ class AwaitResult:
 
 
 @runtime_checkable
-class HookLike(Protocol):
-    """The least a hook must have: `review_tool`. Every other callback is optional.
+class ReviewPluginLike(Protocol):
+    """The least a plugin must have: `review_tool`. Every other callback is optional.
 
     Each callback may be `async def` (preferred) or a plain `def`; plain ones
-    are run in a worker thread by `run_hook`, so they may block.
+    are run in a worker thread by `run_review`, so they may block.
     """
 
     def review_tool(
@@ -105,10 +106,10 @@ class HookLike(Protocol):
     ) -> ReviewResult | Awaitable[ReviewResult]: ...
 
 
-class Hook:
-    """Base class for hooks: every review allows and `prepare` keeps the context.
+class ReviewPlugin:
+    """Base class for plugins: every review allows and `prepare` keeps the context.
 
-    Override the callbacks you need with `async def`. A hook that returns
+    Override the callbacks you need with `async def`. A review plugin that returns
     `Async` must also override `await_decision`.
     """
 
@@ -143,12 +144,12 @@ class Hook:
         )
 
 
-class StaticPolicyHook(Hook):
+class StaticPolicyPlugin(ReviewPlugin):
     """Always allows, or always denies with `reason`, whatever the event."""
 
     def __init__(self, decision: Literal["allow", "deny"], reason: str | None = None) -> None:
         if decision not in ("allow", "deny"):
-            raise ValueError(f"StaticPolicyHook takes 'allow' or 'deny', not {decision!r}")
+            raise ValueError(f"StaticPolicyPlugin takes 'allow' or 'deny', not {decision!r}")
         self.decision = decision
         self.reason = reason
 
@@ -178,7 +179,7 @@ class StaticPolicyHook(Hook):
         return self._verdict()
 
     def __repr__(self) -> str:
-        return f"StaticPolicyHook({self.decision!r}, reason={self.reason!r})"
+        return f"StaticPolicyPlugin({self.decision!r}, reason={self.reason!r})"
 
 
 _REVIEW_METHOD = {
@@ -216,19 +217,19 @@ def verdict_from_decision(decision: Decision) -> Verdict:
     return Deny(decision.reason or "approval error", cause="error", decision=decision)
 
 
-def _hook_name(hook: object) -> str:
-    return type(hook).__name__
+def _plugin_name(plugin: object) -> str:
+    return type(plugin).__name__
 
 
-async def run_hook(
-    hook: HookLike,
+async def run_review(
+    plugin: ReviewPluginLike,
     event: ApprovalEvent,
     context: Mapping[str, Any] | None = None,
-    timeout: float | None = None,  # noqa: ASYNC109 — the hook protocol's own argument
+    timeout: float | None = None,  # noqa: ASYNC109 — the plugin protocol's own argument
     *,
     opts: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Run one hook on one event to a final `Allow` or `Deny`.
+    """Run one plugin on one event to a final `Allow` or `Deny`.
 
     Calls `prepare`, the review callback for `event.kind` (missing → allow),
     and for an `Async` ref `await_decision(ref, timeout)`. A timeout becomes
@@ -236,43 +237,45 @@ async def run_hook(
     callback or an unexpected return value becomes a `Deny` carrying the
     error text with `cause="error"`.
     """
-    name = _hook_name(hook)
+    name = _plugin_name(plugin)
     ctx: dict[str, Any] = dict(context or {})
     try:
-        prepare = getattr(hook, "prepare", None)
+        prepare = getattr(plugin, "prepare", None)
         if prepare is not None:
             prepared = await call_maybe_async(prepare, event, ctx)
             if prepared is not None:
                 ctx = dict(prepared)
-        method = getattr(hook, _REVIEW_METHOD[event.kind], None)
+        method = getattr(plugin, _REVIEW_METHOD[event.kind], None)
         if method is None:
             return Allow()
         result = await call_maybe_async(method, event, ctx, dict(opts or {}))
     except Exception as e:
-        log.warning("hook review failed hook=%s kind=%s error=%r", name, event.kind, e)
+        log.warning("review plugin failed plugin=%s kind=%s error=%r", name, event.kind, e)
         return Deny(_error_text(e), cause="error")
 
     if isinstance(result, Allow | Deny):
         return result
     if not isinstance(result, Async):
-        log.warning("hook returned an unexpected value hook=%s value=%r", name, result)
+        log.warning("review plugin returned an unexpected value plugin=%s value=%r", name, result)
         return Deny(f"{name} returned {result!r}, expected Allow, Deny or Async", cause="error")
-    return await _await(hook, name, result, timeout)
+    return await _await(plugin, name, result, timeout)
 
 
-async def _await(hook: object, name: str, pending: Async, wait: float | None) -> Verdict:
-    await_decision = getattr(hook, "await_decision", None)
+async def _await(plugin: object, name: str, pending: Async, wait: float | None) -> Verdict:
+    await_decision = getattr(plugin, "await_decision", None)
     if await_decision is None:
         return Deny(f"{name} returned an async ref but has no await_decision", cause="error")
-    log.debug("hook awaiting decision hook=%s ref=%r timeout=%s", name, pending.ref, wait)
+    log.debug(
+        "review plugin awaiting decision plugin=%s ref=%r timeout=%s", name, pending.ref, wait
+    )
     limit = None if wait is None else wait + AWAIT_GRACE_SECONDS
     try:
         outcome = await asyncio.wait_for(call_maybe_async(await_decision, pending.ref, wait), limit)
     except TimeoutError:
-        log.info("hook await overran its timeout hook=%s ref=%r", name, pending.ref)
+        log.info("review plugin await overran its timeout plugin=%s ref=%r", name, pending.ref)
         return Deny(TIMEOUT_REASON, cause="timeout")
     except Exception as e:
-        log.warning("hook await failed hook=%s ref=%r error=%r", name, pending.ref, e)
+        log.warning("review plugin await failed plugin=%s ref=%r error=%r", name, pending.ref, e)
         return Deny(_error_text(e), cause="error")
 
     if not isinstance(outcome, AwaitResult):

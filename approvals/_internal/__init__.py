@@ -1,2 +1,4 @@
 """Internal: the approvals core that the bot and the Redis transport run (service, policy,
-store, the shell-command model); not a stable API. Agents import from `approvals`."""
+store, the shell-command model); not a stable API. Agents import from `approvals`.
+
+`bot` imports these modules on purpose: it is the server that runs this domain."""

@@ -1,13 +1,13 @@
-"""`SlackApprovalHook`: the hook protocol (docs/ARCHITECTURE.md) on an `ApprovalClient`.
+"""`SlackReviewPlugin`: the plugin protocol (docs/ARCHITECTURE.md) on an `ApprovalClient`.
 
 Every review submits the event as an approval request and returns
 `Async(ref=<request id>)` (or `Allow` / `Deny` at once when a policy rule or
 a session grant decided it); `await_decision` waits for the reviewer.
 
-    hook = SlackApprovalHook(ApprovalClient.from_env())
-    verdict = await run_hook(hook, event, timeout=300)
+    plugin = SlackReviewPlugin(ApprovalClient.from_env())
+    verdict = await run_review(plugin, event, timeout=300)
 
-    @require_approval(SlackApprovalHook(client), config={"kind": "input"})
+    @require_approval(SlackReviewPlugin(client), config={"kind": "input"})
     async def deploy(env: str) -> str: ...
 """
 
@@ -26,7 +26,7 @@ from approvals.review import (
     Async,
     AwaitResult,
     Deny,
-    Hook,
+    ReviewPlugin,
     ReviewResult,
     Verdict,
 )
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def verdict_for(approval: Approval) -> Verdict:
-    """The hook verdict for a decided request: approved → `Allow` (with `for_session` and the
+    """The plugin verdict for a decided request: approved → `Allow` (with `for_session` and the
     reviewer's `Decision`), denied / cancelled → `Deny`, expired → a timeout, error → an error."""
     decision = approval.to_decision()
     if approval.status == "approved":
@@ -49,12 +49,12 @@ def verdict_for(approval: Approval) -> Verdict:
     return Deny(approval.reason or "denied by reviewer", decision=decision)
 
 
-class SlackApprovalHook(Hook):
+class SlackReviewPlugin(ReviewPlugin):
     """Asks reviewers (through the bot's Slack messages) for every event it reviews.
 
     `config`: the review config when the caller gives none (the gate passes the
     tool's own in `context["config"]`). `timeout`: how long `await_decision`
-    waits when `run_hook` passes no timeout (None: until decided).
+    waits when `run_review` passes no timeout (None: until decided).
     `agent` / `session_id` fill in what the event does not carry; `route` names the
     policy route to ask on (`opts["route"]` per call).
     `cancel_on_timeout`: withdraw a request nobody waits for any more, so its
@@ -81,7 +81,7 @@ class SlackApprovalHook(Hook):
         self.cancel_on_timeout = cancel_on_timeout
 
     def __repr__(self) -> str:
-        return f"SlackApprovalHook({self.client.transport!r})"
+        return f"SlackReviewPlugin({self.client.transport!r})"
 
     def _config(self, context: Mapping[str, Any], opts: Mapping[str, Any]) -> ApprovalConfig | None:
         for value in (context.get("config"), opts.get("config")):

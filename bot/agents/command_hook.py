@@ -272,7 +272,7 @@ def forward(
 async def _review(
     dialect: str,
     payload: dict[str, Any],
-    timeout: float,  # noqa: ASYNC109 - the agent's hook timeout, a budget run_hook keeps to
+    timeout: float,  # noqa: ASYNC109 - the agent's hook timeout, a budget run_review keeps to
     on_timeout: str,
     stderr: TextIO,
     started: float,

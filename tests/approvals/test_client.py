@@ -1,5 +1,5 @@
 """ApprovalClient over both transports (same scenario, same results), the sync facade,
-require_approval on the client, and SlackApprovalHook flows — on real Redis and a real API."""
+require_approval on the client, and SlackReviewPlugin flows — on real Redis and a real API."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ from approvals.errors import (
     StoreUnavailable,
 )
 from approvals.gate import Denied, current_approval, require_approval
-from approvals.integrations.slack_review import SlackApprovalHook
+from approvals.integrations.slack_review import SlackReviewPlugin
 from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
-from approvals.review import Allow, Async, Deny, run_hook
+from approvals.review import Allow, Async, Deny, run_review
 from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
 
@@ -310,7 +310,7 @@ async def test_sync_client_and_sync_gated_tool(redis_url: str, ctx: BotContext) 
         assert await call == "deployed prod go"
         assert ran == ["prod"]
 
-        @require_approval(SlackApprovalHook(sync))
+        @require_approval(SlackReviewPlugin(sync))
         def drop(table: str) -> str:
             return "dropped"
 
@@ -352,19 +352,19 @@ async def test_require_approval_on_the_client_for_async_tools(
     assert cancelled and cancelled[-1].reason == "approval timeout"
 
 
-# -- SlackApprovalHook ------------------------------------------------------------------------
+# -- SlackReviewPlugin ------------------------------------------------------------------------
 
 
 async def test_hook_approve_returns_allow_with_the_decision(
     client: ApprovalClient, ctx: BotContext
 ) -> None:
-    hook = SlackApprovalHook(client, config={"kind": "input"}, agent="agent-1")
+    hook = SlackReviewPlugin(client, config={"kind": "input"}, agent="agent-1")
     event = ApprovalEvent(tool_name="hook_deploy", arguments={"env": "prod"}, call_id="c-1")
     review = await hook.review_tool(event, {}, {})
     assert isinstance(review, Async) and review.ref.startswith("apr_")
     assert review.metadata["channel"] == "C0APPROVALS"
     decider = asyncio.create_task(decide_next(ctx.service, "hook_deploy", input="at 5pm"))
-    verdict = await run_hook(hook, event, timeout=10)  # the same request (same call_id)
+    verdict = await run_review(hook, event, timeout=10)  # the same request (same call_id)
     await decider
     assert isinstance(verdict, Allow) and not verdict.for_session
     assert verdict.decision is not None and verdict.decision.input == "at 5pm"
@@ -373,12 +373,12 @@ async def test_hook_approve_returns_allow_with_the_decision(
 
 
 async def test_hook_deny_carries_the_reason(client: ApprovalClient, ctx: BotContext) -> None:
-    hook = SlackApprovalHook(client)
+    hook = SlackReviewPlugin(client)
     event = ApprovalEvent(
         kind="command", tool_name="Bash", arguments={"command": "rm -rf x"}, command="rm -rf x"
     )
     decider = asyncio.create_task(decide_next(ctx.service, "Bash", "deny", reason="too broad"))
-    verdict = await run_hook(hook, event, timeout=10)
+    verdict = await run_review(hook, event, timeout=10)
     await decider
     assert isinstance(verdict, Deny)
     assert (verdict.reason, verdict.cause) == ("too broad", "denied")
@@ -386,10 +386,10 @@ async def test_hook_deny_carries_the_reason(client: ApprovalClient, ctx: BotCont
 
 
 async def test_hook_approve_for_session(client: ApprovalClient, ctx: BotContext) -> None:
-    hook = SlackApprovalHook(client, session_id="sess-1")
+    hook = SlackReviewPlugin(client, session_id="sess-1")
     event = ApprovalEvent(tool_name="read_logs", arguments={"svc": "api"})
     decider = asyncio.create_task(decide_next(ctx.service, "read_logs", for_session=True))
-    verdict = await run_hook(hook, event, timeout=10)
+    verdict = await run_review(hook, event, timeout=10)
     await decider
     assert isinstance(verdict, Allow) and verdict.for_session is True
     # The grant decides the next identical call at once, without a review.
@@ -401,16 +401,16 @@ async def test_hook_approve_for_session(client: ApprovalClient, ctx: BotContext)
 async def test_hook_timeout_denies_and_withdraws_the_request(
     client: ApprovalClient, ctx: BotContext
 ) -> None:
-    hook = SlackApprovalHook(client)
+    hook = SlackReviewPlugin(client)
     event = ApprovalEvent(tool_name="never_answered", arguments={})
-    verdict = await run_hook(hook, event, timeout=0.5)
+    verdict = await run_review(hook, event, timeout=0.5)
     assert verdict == Deny("approval timeout", cause="timeout")
     entries = [e for e in await ctx.store.audit_entries() if e.event == "cancelled"]
     assert len(entries) == 1 and entries[0].reason == "approval timeout"
 
 
 async def test_hook_policy_decides_at_once(client: ApprovalClient) -> None:
-    hook = SlackApprovalHook(client)
+    hook = SlackReviewPlugin(client)
     review = await hook.review_tool(ApprovalEvent(tool_name="rm_all", arguments={}), {}, {})
     assert isinstance(review, Deny) and review.reason == "never delete"
 
@@ -418,7 +418,7 @@ async def test_hook_policy_decides_at_once(client: ApprovalClient) -> None:
 async def test_hook_as_gate_handler_passes_the_tool_config(
     client: ApprovalClient, ctx: BotContext
 ) -> None:
-    @require_approval(SlackApprovalHook(client), config={"kind": "input", "prompt": "Ship it?"})
+    @require_approval(SlackReviewPlugin(client), config={"kind": "input", "prompt": "Ship it?"})
     async def ship(version: str) -> str:
         decision = current_approval()
         return f"shipped {version} note={decision.input if decision else None}"
@@ -430,7 +430,7 @@ async def test_hook_as_gate_handler_passes_the_tool_config(
 
 
 async def test_hook_await_error_is_an_error_not_a_denial(client: ApprovalClient) -> None:
-    hook = SlackApprovalHook(client)
+    hook = SlackReviewPlugin(client)
     result = await hook.await_decision("apr_unknown", 1)
     assert result.status == "error" and "no approval request" in (result.error or "")
 

@@ -60,3 +60,32 @@ def test_import_approvals_loads_no_heavy_dependency() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == ""
+
+
+def test_every_public_name_comes_from_a_public_module() -> None:
+    """What `import approvals` promises is defined outside `approvals._internal`."""
+    for name, source in approvals._SOURCES.items():
+        assert "._internal" not in source and not source.split(".")[-1].startswith("_"), name
+
+
+def test_names_of_0_1_still_resolve_with_a_deprecation_warning() -> None:
+    import warnings
+
+    from approvals.integrations.slack_review import SlackReviewPlugin
+    from approvals.review import ReviewPlugin, run_review
+
+    expected = {
+        "Hook": ReviewPlugin,
+        "run_hook": run_review,
+        "SlackApprovalHook": SlackReviewPlugin,
+    }
+    for old, new in expected.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert getattr(approvals, old) is new
+        assert [w.category for w in caught] == [DeprecationWarning], old
+        assert old not in approvals.__all__
+    for old in approvals._RENAMED:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            assert getattr(approvals, old) is not None

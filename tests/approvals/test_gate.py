@@ -27,7 +27,7 @@ from approvals.gate import (
     require_approval,
 )
 from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Decision
-from approvals.review import Async, AwaitResult, Hook, ReviewResult, StaticPolicyHook
+from approvals.review import Async, AwaitResult, ReviewPlugin, ReviewResult, StaticPolicyPlugin
 
 
 class Reviewer:
@@ -395,7 +395,7 @@ def test_forgetting_the_parentheses_fails_loudly() -> None:
 # --- hooks as handlers ---------------------------------------------------------
 
 
-class SlackLike(Hook):
+class SlackLike(ReviewPlugin):
     """An async hook: returns a ref, then reports a scripted await result."""
 
     def __init__(self, result: AwaitResult) -> None:
@@ -433,11 +433,11 @@ async def test_hook_handler_approve_passes_the_decision_through() -> None:
 
 
 def test_hook_handler_from_sync_code_and_static_policy() -> None:
-    @require_approval(StaticPolicyHook("deny", "read-only day"))
+    @require_approval(StaticPolicyPlugin("deny", "read-only day"))
     def drop_table(name: str) -> str:
         return "dropped"
 
-    @require_approval(StaticPolicyHook("allow"))
+    @require_approval(StaticPolicyPlugin("allow"))
     def select(name: str) -> str:
         return "selected"
 

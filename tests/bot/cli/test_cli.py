@@ -718,7 +718,7 @@ async def test_ctrl_c_on_request_wait_over_redis_withdraws_it(
 # -- the hook's stderr: one plain line per problem, as a real process -------------------------
 
 
-async def run_hook(env: dict[str, str], *args: str) -> tuple[dict[str, Any], list[str]]:
+async def run_review(env: dict[str, str], *args: str) -> tuple[dict[str, Any], list[str]]:
     """`approval-bot hook claude-code ARGS` as its own process (no logging configured, as an
     agent runs it): its JSON answer and its stderr lines."""
     base = {
@@ -763,7 +763,7 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
     else:  # long enough for the submit to fit on a loaded machine; nobody decides
         args = ("--timeout", "4")
         expected = "approval-bot hook: no decision on apr_"
-    answer, err = await run_hook(env, *args)
+    answer, err = await run_review(env, *args)
     decided = answer["hookSpecificOutput"]
     assert decided["permissionDecision"] == "deny", decided
     assert len(err) == 1 and err[0].startswith(expected), err
