@@ -8,7 +8,6 @@ stderr. They reach the bot like the hooks do (`APPROVALS_URL` +
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Callable
@@ -81,6 +80,8 @@ def run_mcp(
     args: argparse.Namespace, settings: Any, open_client: Callable[[Any], ApprovalClient]
 ) -> int:
     """Run `mcp` or `mcp-proxy` until the MCP client goes away; returns the exit status."""
+    import asyncio
+
     from bot.mcp.reviewer_wait import WaitOptions
 
     wait = WaitOptions(progress_interval=args.progress_interval)

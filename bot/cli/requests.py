@@ -12,7 +12,6 @@ configuration or connection problem (and timeouts).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import json
 import sys
@@ -346,6 +345,8 @@ def request_problems(error: ValidationError) -> list[str]:
 
 async def withdraw(client: ApprovalClient, request_id: str) -> None:
     """Cancel a request its requester stopped waiting for (its Slack message says so)."""
+    import asyncio
+
     try:
         await asyncio.wait_for(
             client.cancel(request_id, reason="the requester stopped waiting (Ctrl-C)"), 5
@@ -357,6 +358,8 @@ async def withdraw(client: ApprovalClient, request_id: str) -> None:
 
 
 async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
+    import asyncio
+
     from pydantic import ValidationError
 
     from approvals.errors import ApprovalTimeout

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -839,3 +840,30 @@ def test_the_bot_answers_a_forwarded_hook_before_the_command_gives_up(budget: fl
     room for the answer to come back (at least 0.2 s, up to 1 s)."""
     waits = time_budget(bot_timeout(budget))
     assert budget - min(1.0, budget * 0.2) - 1e-9 <= waits <= budget - 0.2 + 1e-9
+
+
+def test_help_builds_every_command_group_without_loading_the_runtime() -> None:
+    """`--help` and a parse error pay only for the parser: every group in `GROUPS` adds its
+    commands (each with a `run`), and none of them imports asyncio, pydantic, Redis,
+    aiohttp or Slack to do it."""
+    from bot.cli.main import GROUPS
+
+    heavy = ("asyncio", "aiohttp", "pydantic", "redis", "slack_sdk", "slack_bolt", "yaml", "mcp")
+    code = (
+        "import sys\n"
+        "from bot.cli.main import build_parser\n"
+        "parser = build_parser()\n"
+        "actions = [a for a in parser._actions if a.dest == 'command'][0]\n"
+        "missing = sorted(n for n, p in actions.choices.items()\n"
+        "                 if n != 'hook' and 'run' not in p._defaults)\n"
+        "print(sorted(actions.choices), missing)\n"
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    commands, loaded = out.stdout.splitlines()
+    assert loaded == ""
+    assert commands.endswith(" []"), f"commands without a run: {commands}"
+    assert len(GROUPS) == len(set(GROUPS)) >= 9
