@@ -36,6 +36,7 @@ from bot.workers.webhooks import (
     backoff,
     retry_after_seconds,
 )
+from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 
 FAST = WebhookOptions(
@@ -249,12 +250,12 @@ async def test_rotation_signs_with_both_secrets_for_the_grace_period(
 async def test_each_principal_signs_with_its_own_secret(
     ctx: BotContext, api_url: str, start_worker: Start
 ) -> None:
-    ctx.api_tokens = ("ci-agent:tok-ci", "ops-agent:tok-ops")
+    ctx.api_tokens = (f"ci-agent:{API_TOKEN}", f"ops-agent:{OTHER_API_TOKEN}")
     secrets = WebhookSecrets(ctx.redis, ctx.keys)
     async with WebhookReceiver() as receiver:
         await start_worker()
         ids = {}
-        for name, token in (("ci-agent", "tok-ci"), ("ops-agent", "tok-ops")):
+        for name, token in (("ci-agent", API_TOKEN), ("ops-agent", OTHER_API_TOKEN)):
             headers = {"Authorization": f"Bearer {token}"}
             body = {"tool_name": "deploy", "arguments": {}, "callback": {"url": receiver.url}}
             async with aiohttp.ClientSession(headers=headers) as http:
@@ -505,7 +506,7 @@ async def test_redirects_are_not_followed(ctx: BotContext, start_worker: Start) 
 async def test_api_takes_a_callback_and_refuses_a_host_not_allowed(
     ctx: BotContext, api_url: str, start_worker: Start
 ) -> None:
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     body: dict[str, Any] = {"tool_name": "deploy", "arguments": {"env": "prod"}}
     async with aiohttp.ClientSession(headers=headers) as http, WebhookReceiver() as receiver:
         await start_worker()
