@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 
-from approvals.models import ApprovalEvent
+from approvals.models import ApprovalConfig, ApprovalEvent
 from bot.slack import action_ids as ids
-from tests.support.credentials import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
+from tests.support.credentials import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, VERIFICATION_TOKEN
 from tests.support.e2e import TEAM, BotFactory, has_actions, posted_message
 from tests.support.slack_emulator import Call, SlackEmulator
 
@@ -147,3 +147,32 @@ async def test_a_revoked_app_token_is_one_error_naming_slack_app_token(
     assert slack.socket_connections == 0
     assert len(slack.calls_to("apps.connections.open")) == 1, "not retried"
     assert (await health(bot.port))["slack"] == bot.slack_link.state
+
+
+async def test_a_slash_command_over_the_socket_answers_with_content_masked(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """In Socket Mode an ack's payload (the `/approvals` list) goes back over the socket, not
+    through the HTTP endpoint's way out: what it shows of a request is masked all the same."""
+    bot = await make_bot(slack_app_token=APP_TOKEN)
+    assert bot.ctx is not None
+    prompt = f"rotate {BOT_TOKEN} and {APP_TOKEN}"
+    event = ApprovalEvent(tool_name="deploy", arguments={"token": BOT_TOKEN})
+    request = await bot.ctx.service.submit(event, ApprovalConfig(prompt=prompt))
+    await slack.wait_for("chat.postMessage", 1, ok=True)
+    command = {
+        "token": VERIFICATION_TOKEN,
+        "team_id": TEAM,
+        "channel_id": "C0APPROVALS",
+        "user_id": "U0ALICE",
+        "command": "/approvals",
+        "text": "",
+        "api_app_id": "A0APPID",
+        "response_url": slack.response_url("slash"),
+        "trigger_id": "1.2.abc",
+    }
+    for text in ("", request.id):
+        ack = await slack.socket_send("slash_commands", {**command, "text": text})
+        shown = json.dumps(ack, ensure_ascii=False)
+        assert request.id in shown, shown
+        assert BOT_TOKEN not in shown and APP_TOKEN not in shown and "••••••" in shown
