@@ -5,7 +5,7 @@ DM, an App Home view), it goes out through `api_call` or `post_json`, so no
 rendering path, present or future, can skip the masking. A request message the
 renderer drew (`bot.masking.masker.Masked`) was masked as it was drawn and is sent as it is.
 
-Masking is for content, never for credentials (DESIGN.md's trust rules): a call's own
+Masking is for content, never for credentials (the project's trust rules): a call's own
 credential fields (`CREDENTIAL_FIELDS`: `token`, which slack_sdk's `apps_connections_open`
 sets to the app-level token and moves into the `Authorization` header, and OAuth's
 `client_id` / `client_secret` / `code` / `refresh_token`) go out as they came, and so do the
