@@ -43,10 +43,11 @@ from bench.common import (
     table,
     verdict,
 )
+from tests.support.credentials import API_TOKEN
 
 HELP_TARGET_MS = 150.0
 HOOK_TARGET_MS = 300.0
-TOKEN = "bench-cli-token"
+TOKEN = API_TOKEN
 POLICY = """\
 routes:
   default: {channel: C0APPROVALS}

@@ -59,6 +59,7 @@ from bench.common import (
 from bot.slack import action_ids as ids
 from bot.slack.client import json_body
 from bot.slack.render import request_message as blocks
+from tests.support.credentials import BOT_TOKEN
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, click_payload, sign
 
 #: The bot's client commands per complete cycle as `tests/e2e/test_round_trips.py` counts
@@ -149,7 +150,7 @@ async def _bolt_child(conn: Connection, _: Any) -> None:
 
     async def authorize(**_: Any) -> AuthorizeResult:
         return AuthorizeResult(
-            enterprise_id=None, team_id="T0BENCH", bot_token="xoxb-test", bot_user_id="U0BOT"
+            enterprise_id=None, team_id="T0BENCH", bot_token=BOT_TOKEN, bot_user_id="U0BOT"
         )
 
     bolt = AsyncApp(signing_secret=SIGNING_SECRET, authorize=authorize)
@@ -190,7 +191,7 @@ async def _client_child(conn: Connection, arg: tuple[int, int, int]) -> None:
     url = f"http://127.0.0.1:{port}/api/chat.postMessage"
     headers = {
         "Content-Type": "application/json;charset=utf-8",
-        "Authorization": "Bearer xoxb-test",
+        "Authorization": f"Bearer {BOT_TOKEN}",
     }
     timeout = aiohttp.ClientTimeout(total=30)
 

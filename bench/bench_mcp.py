@@ -40,6 +40,7 @@ from approvals._internal.store.store import ApprovalStore
 from bench.common import add_redis_arguments, delete_prefix, machine, redis_server, summarize_ms
 from bench.common import table as render
 from bot.core.app import Bot
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import bot_config
 from tests.support.mcp import agent_env, approval_bot
 
@@ -94,7 +95,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
         await bot.start()
         try:
             url = f"http://127.0.0.1:{bot.port}/mcp"
-            headers = {"Authorization": "Bearer test-token"}
+            headers = {"Authorization": f"Bearer {API_TOKEN}"}
             async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
                 transport = streamable_http_client(url, http_client=http)
                 async with Client(transport, mode="legacy") as client:

@@ -40,6 +40,7 @@ from bench.common import (
     table,
 )
 from bot.core.app import Bot, BotConfig
+from tests.support.credentials import BOT_TOKEN
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 from tests.support.slack_emulator import SlackEmulator
 
@@ -54,7 +55,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_"))},
         "REDIS_URL": redis_url,
         "APPROVALS_PREFIX": keys.prefix,
-        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack.api_url,
         "PORT": str(free_port()),
@@ -70,7 +71,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
             prefix=keys.prefix,
             host="127.0.0.1",
             port=0,
-            slack_bot_token="xoxb-test",
+            slack_bot_token=BOT_TOKEN,
             slack_signing_secret=SIGNING_SECRET,
             slack_api_url=slack.api_url,
             default_channel=CHANNEL,

@@ -47,6 +47,7 @@ from bench.common import (
 from bot.core.app import Bot, BotConfig
 from bot.slack import action_ids as ids
 from bot.slack.delivery.dispatcher import DispatcherOptions
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import CHANNEL, SIGNING_SECRET
 from tests.support.slack_emulator import Call, SlackEmulator
 
@@ -108,7 +109,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 slack_bot_token=slack.token,
                 slack_signing_secret=SIGNING_SECRET,
                 slack_api_url=slack.api_url,
-                api_tokens=("bench-token",),
+                api_tokens=(API_TOKEN,),
                 default_channel=CHANNEL,
                 consumer=f"bench-{run_id}",
                 dispatcher=options,

@@ -25,6 +25,7 @@ from approvals._internal.store.connection import connect  # noqa: E402
 from approvals._internal.store.keys import Keys  # noqa: E402
 from approvals._internal.store.store import ApprovalStore  # noqa: E402
 from bot.ops import embedded_redis  # noqa: E402
+from tests.support.credentials import API_TOKEN, UNKNOWN_API_TOKEN  # noqa: E402
 from tests.support.fake_models import FakeModels  # noqa: E402
 
 PACKAGES = {
@@ -35,7 +36,7 @@ PACKAGES = {
         "vendor/x86_64-unknown-linux-musl/bin/codex",
     ),
 }
-TOKEN = "tok-check"
+TOKEN = API_TOKEN
 PREFIX = "check"
 #: The hook timeout the checks install (the bot answers 5 s before it), and the short one of
 #: the hook-timeout finding, which waits for a bot told to wait 60 s.
@@ -358,7 +359,7 @@ class Harness:
         prompt_kind = "RUN-SURROGATE" if case == "bad_input" else "RUN"
         env = dict(env)
         if case == "bad_token":
-            env["APPROVALS_TOKEN"] = "wrong-token"
+            env["APPROVALS_TOKEN"] = UNKNOWN_API_TOKEN
         if case == "unreachable":
             env["APPROVALS_URL"] = self.dead_url
         if case == "store_outage":

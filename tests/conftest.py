@@ -25,6 +25,7 @@ from bot.core.context import BotContext
 from bot.http import api
 from bot.ops import embedded_redis
 from tests.support import delete_prefix
+from tests.support.credentials import API_TOKEN
 
 pytest_plugins = ["tests.support.e2e"]
 
@@ -142,7 +143,7 @@ async def ctx(redis: Redis, keys: Keys, store: ApprovalStore) -> AsyncIterator[B
         store=store,
         service=service,
         waiter=waiter,
-        api_tokens=("test-token",),
+        api_tokens=(API_TOKEN,),
     )
     yield context
     await waiter.stop()

@@ -46,7 +46,11 @@ DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
-_BOT_TOKEN = re.compile(r"xoxb-[A-Za-z0-9-]+")
+#: A bot token: `xoxb-…`, or `xoxe.xoxb-…` when the app has token rotation on (Slack's "Using
+#: token rotation": such a token expires after 12 hours; the bot does not refresh it). Only the
+#: prefix and the characters are checked: Slack does not promise the rest of the format.
+_BOT_TOKEN = re.compile(r"(?:xoxe\.)?xoxb-[A-Za-z0-9-]+")
+#: An app-level token (`xapp-…`), which opens Socket Mode connections.
 _APP_TOKEN = re.compile(r"xapp-[A-Za-z0-9-]+")
 _NO_SPACE = re.compile(r"\S+")
 _REVIEWER_ID = re.compile(rf"[{REVIEWER_LETTERS}][A-Z0-9]{{2,}}")
@@ -166,15 +170,35 @@ def _no_spaces(value: str) -> str:
     return value
 
 
+#: Slack's other kinds of token, by prefix: what a wrong one in a token variable is.
+_OTHER_TOKENS = (
+    ("xoxp-", "this is a user token (xoxp-), not the app's Bot User OAuth Token (xoxb-)"),
+    ("xoxe-", "this is a refresh token (xoxe-), not an access token"),
+    ("xoxa-", "this is a workspace app token (xoxa-), not the app's bot token (xoxb-)"),
+    ("xoxc-", "this is a browser session token (xoxc-), not the app's bot token (xoxb-)"),
+)
+
+
 def _slack_token(
-    kind: re.Pattern[str], message: str, *, other_prefix: str, other_message: str
+    kind: re.Pattern[str], message: str, *, other: tuple[str, ...], other_message: str
 ) -> Callable[[str], str]:
-    """A check for one kind of Slack token that says where the other kind belongs."""
+    """A check for one kind of Slack token that says where the other kind (prefixes `other`)
+    belongs, and what a token of another kind, or pasted with `Bearer ` or quotes, is."""
 
     def check(value: str) -> str:
-        if not kind.fullmatch(value):
-            raise ValueError(other_message if value.startswith(other_prefix) else message)
-        return value
+        if kind.fullmatch(value):
+            return value
+        if value.startswith(other):
+            raise ValueError(other_message)
+        if value[:7].lower() == "bearer " and kind.fullmatch(value[7:].strip()):
+            raise ValueError("remove the 'Bearer ' in front of the token")
+        quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "\"'"
+        if quoted and kind.fullmatch(value[1:-1].strip()):
+            raise ValueError("remove the quotes around the token")
+        for prefix, what in _OTHER_TOKENS:
+            if value.startswith(prefix):
+                raise ValueError(f"{message}: {what}")
+        raise ValueError(message)
 
     return check
 
@@ -182,13 +206,13 @@ def _slack_token(
 _bot_token = _slack_token(
     _BOT_TOKEN,
     "must be a bot token starting with xoxb-",
-    other_prefix="xapp-",
+    other=("xapp-",),
     other_message="this is an app-level token (xapp-); put it in SLACK_APP_TOKEN",
 )
 _app_token = _slack_token(
     _APP_TOKEN,
     "must be an app-level token starting with xapp-",
-    other_prefix="xoxb-",
+    other=("xoxb-", "xoxe.xoxb-"),
     other_message="this is a bot token (xoxb-); put it in SLACK_BOT_TOKEN",
 )
 

@@ -5,6 +5,13 @@ DM, an App Home view), it goes out through `api_call` or `post_json`, so no
 rendering path, present or future, can skip the masking. A request message the
 renderer drew (`bot.masking.masker.Masked`) was masked as it was drawn and is sent as it is.
 
+Masking is for content, never for credentials (the project's trust rules): a call's own
+credential fields (`CREDENTIAL_FIELDS`: `token`, which slack_sdk's `apps_connections_open`
+sets to the app-level token and moves into the `Authorization` header, and OAuth's
+`client_id` / `client_secret` / `code` / `refresh_token`) go out as they came, and so do the
+headers and `auth`. Masking them sent Slack `Bearer ••••••(64+ chars)` for a real
+`xapp-1-…` token: `invalid_auth`, and Socket Mode never connected (issue 31).
+
 `post_json` is the dispatcher's way for chat.postMessage and chat.update (two calls of
 every request): one JSON POST over the client's session, answered as slack_sdk answers
 (`AsyncSlackResponse`, `SlackApiError` for a 429, an `ok:false` or a non-JSON page).
@@ -28,6 +35,12 @@ from slack_sdk.web.internal_utils import _get_url
 
 from bot.masking.masker import Masked, outbound
 
+#: Top-level fields of a Web API call that carry the caller's own credential, never content:
+#: Slack reads `token` as the caller's token in every method (slack_sdk sends it as the
+#: `Authorization: Bearer` header), and the OAuth methods the app's and the installation's
+#: secrets. Only at the top level: a `token` key inside a message or a view is content.
+CREDENTIAL_FIELDS = frozenset({"token", "client_id", "client_secret", "code", "refresh_token"})
+
 
 def sdk_logger() -> logging.Logger:
     """The logger for the bot's Web API clients, its level set to the level in force.
@@ -42,17 +55,29 @@ def sdk_logger() -> logging.Logger:
     return logger
 
 
+def outbound_call(fields: dict[str, Any]) -> dict[str, Any]:
+    """A Web API call's arguments as they go to Slack: every one masked
+    (`bot.masking.masker.outbound`) but the credentials (`CREDENTIAL_FIELDS`), sent as
+    they are."""
+    if CREDENTIAL_FIELDS.isdisjoint(fields):
+        return outbound(fields)  # type: ignore[no-any-return]
+    content = outbound({k: v for k, v in fields.items() if k not in CREDENTIAL_FIELDS})
+    return {k: v if k in CREDENTIAL_FIELDS else content[k] for k, v in fields.items()}
+
+
 def json_body(fields: dict[str, Any], message: Masked | None = None) -> dict[str, Any]:
-    """The body `post_json` sends: `fields` masked (None values left out, as slack_sdk's
-    methods leave them out), then `message` as `bot.slack.render.request_message` drew it."""
-    body: dict[str, Any] = outbound({k: v for k, v in fields.items() if v is not None})
+    """The body `post_json` sends: `fields` masked but for their credentials (None values
+    left out, as slack_sdk's methods leave them out), then `message` as
+    `bot.slack.render.request_message` drew it."""
+    body = outbound_call({k: v for k, v in fields.items() if v is not None})
     if message is not None:
         body.update(message)
     return body
 
 
 class MaskingWebClient(AsyncWebClient):
-    """`AsyncWebClient` whose request bodies and parameters are masked on the way out."""
+    """`AsyncWebClient` whose request bodies and parameters are masked on the way out, but
+    for the credentials in them (`outbound_call`); headers and `auth` pass as they are."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("logger", sdk_logger())
@@ -77,9 +102,9 @@ class MaskingWebClient(AsyncWebClient):
             api_method,
             http_verb=http_verb,
             files=files,
-            data=outbound(data) if isinstance(data, dict) else data,
-            params=outbound(params) if params else params,
-            json=outbound(json) if json else json,
+            data=outbound_call(data) if isinstance(data, dict) else data,
+            params=outbound_call(params) if params else params,
+            json=outbound_call(json) if json else json,
             headers=headers,
             auth=auth,
         )
@@ -104,7 +129,7 @@ class MaskingWebClient(AsyncWebClient):
         one JSON body. Raises `SlackApiError` as slack_sdk does (its `response` an
         `AsyncSlackResponse` with the status, the headers and the body read, `{}` if none)."""
         body = json_body(fields, message)
-        if not self._direct():
+        if not self._direct() or "token" in body:  # slack_sdk moves a `token` to the header
             return await super().api_call(api_method, json=body)
         url = self._urls.get(api_method)
         if url is None:

@@ -23,10 +23,24 @@ from slack_sdk.errors import SlackApiError
 
 log = logging.getLogger(__name__)
 
-#: Slack's answers that no retry will change: the token itself is refused.
+#: Slack's answers that no retry will change: the token itself is refused, or is of the
+#: wrong kind, or (the app-level token) lacks connections:write.
 REFUSED = frozenset(
-    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+    {
+        "invalid_auth",
+        "not_authed",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+        "missing_scope",
+    }
 )
+#: What to add to a refusal's line, by Slack's error.
+HINTS = {
+    "token_expired": "; a rotating token (xoxe.xoxb-…) lasts 12 hours and approval-bot does "
+    "not refresh it: set a fresh one and restart",
+}
 
 
 class Refused(Exception):
@@ -152,10 +166,11 @@ class SlackLink:
         try:
             answer = await self.client.auth_test()
         except SlackApiError as e:
-            if e.response.get("error") in REFUSED:
+            error = e.response.get("error")
+            if error in REFUSED:
                 raise Refused(
-                    f"Slack refused the bot token ({e.response.get('error')}): check "
-                    "SLACK_BOT_TOKEN (the Bot User OAuth Token, xoxb-…, of the installed app)"
+                    f"Slack refused the bot token ({error}): check SLACK_BOT_TOKEN (the Bot "
+                    f"User OAuth Token, xoxb-…, of the installed app){HINTS.get(error, '')}"
                 ) from e
             raise
         log.info(

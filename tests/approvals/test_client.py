@@ -38,6 +38,7 @@ from approvals.models import MAX_EVENT_BYTES, ApprovalConfig, ApprovalEvent, Dec
 from approvals.review import Allow, Async, Deny, run_review
 from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
+from tests.support.credentials import API_TOKEN
 
 POLICY = {
     "routes": {"default": {"channel": "C0APPROVALS", "allow_for_session": True}},
@@ -64,9 +65,9 @@ def redis_client(ctx: BotContext) -> ApprovalClient:
 async def clients(ctx: BotContext, api_url: str) -> AsyncIterator[dict[str, ApprovalClient]]:
     made = {
         "redis": redis_client(ctx),
-        "http": ApprovalClient(HttpTransport(api_url, "test-token", poll_seconds=0.3)),
+        "http": ApprovalClient(HttpTransport(api_url, API_TOKEN, poll_seconds=0.3)),
         # the command hook's: http.client on a thread per call, no aiohttp
-        "stdlib": ApprovalClient(StdlibHttpTransport(api_url, "test-token", poll_seconds=0.3)),
+        "stdlib": ApprovalClient(StdlibHttpTransport(api_url, API_TOKEN, poll_seconds=0.3)),
     }
     yield made
     for client in made.values():
@@ -259,9 +260,9 @@ async def test_from_env_picks_the_transport(redis_url: str, keys: Any) -> None:
     with pytest.raises(InvalidRequest, match="APPROVALS_TOKEN"):
         ApprovalClient.from_env({"APPROVALS_URL": "http://bot:3000"})
     with pytest.raises(InvalidRequest, match="http"):
-        ApprovalClient.from_env({"APPROVALS_URL": "bot:3000", "APPROVALS_TOKEN": "t"})
+        ApprovalClient.from_env({"APPROVALS_URL": "bot:3000", "APPROVALS_TOKEN": API_TOKEN})
     http = ApprovalClient.from_env(
-        {"APPROVALS_URL": "http://bot:3000/", "APPROVALS_TOKEN": "t", "REDIS_URL": redis_url}
+        {"APPROVALS_URL": "http://bot:3000/", "APPROVALS_TOKEN": API_TOKEN, "REDIS_URL": redis_url}
     )
     assert isinstance(http.transport, HttpTransport) and http.transport.url == "http://bot:3000"
     await http.aclose()

@@ -16,6 +16,7 @@ from approvals.models import ApprovalEvent
 from bot.core.app import Bot
 from bot.http.principals import derived_name
 from bot.slack import action_ids as ids
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import bot_config, posted_message
 from tests.support.redis_deployments import Cluster
 from tests.support.slack_emulator import SlackEmulator
@@ -40,11 +41,11 @@ async def test_the_approve_flow_and_the_waiter_on_a_cluster(
         assert bot.ctx is not None
         request = await bot.ctx.service.submit(
             ApprovalEvent(tool_name="deploy", arguments={"env": "prod"}),
-            principal=derived_name("test-token"),
+            principal=derived_name(API_TOKEN),
         )
         waiting = asyncio.create_task(bot.ctx.waiter.wait(request.id, 30))
         agent = ApprovalClient.from_env(
-            {"APPROVALS_URL": f"http://127.0.0.1:{bot.port}", "APPROVALS_TOKEN": "test-token"}
+            {"APPROVALS_URL": f"http://127.0.0.1:{bot.port}", "APPROVALS_TOKEN": API_TOKEN}
         )
         polling = asyncio.create_task(agent.wait(request.id, timeout=30))
         await slack.wait_for("chat.postMessage", 1)

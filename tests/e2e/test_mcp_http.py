@@ -23,6 +23,7 @@ from bot.mcp.http import MCP_ENDPOINT
 from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ServerOptions
 from bot.slack import action_ids as ids
+from tests.support.credentials import API_TOKEN, UNKNOWN_API_TOKEN
 from tests.support.e2e import BotFactory, posted_message
 from tests.support.mcp import ProgressLog, pending_for, settled
 from tests.support.slack_emulator import SlackEmulator
@@ -36,7 +37,7 @@ def answer(result: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def mcp_client(
-    bot: Bot, mode: str = "legacy", token: str = "test-token"
+    bot: Bot, mode: str = "legacy", token: str = API_TOKEN
 ) -> AsyncIterator[Client]:
     url = f"http://127.0.0.1:{bot.port}/mcp"
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
@@ -78,7 +79,7 @@ async def test_permission_prompt_over_http_waits_for_a_signed_click(
     assert answer(result) == {"behavior": "allow", "updatedInput": {"pr": 42}}
     decided = await bot.ctx.store.get(request.id)
     assert decided.decision is not None and decided.decision.decided_by == "U0ALICE"
-    assert decided.principal == derived_name("test-token")  # asked by the token's principal
+    assert decided.principal == derived_name(API_TOKEN)  # asked by the token's principal
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # notifications/cancelled; a disconnect
@@ -113,14 +114,16 @@ async def test_mcp_needs_the_api_bearer_token(
     async with http.post(url, json=body) as resp:
         assert resp.status == 401
         assert "Bearer" in resp.headers["WWW-Authenticate"]
-    async with http.post(url, json=body, headers={"Authorization": "Bearer nope"}) as resp:
+    async with http.post(
+        url, json=body, headers={"Authorization": f"Bearer {UNKNOWN_API_TOKEN}"}
+    ) as resp:
         assert resp.status == 403
         assert (await resp.json())["error"]["code"] == "forbidden"
     async with mcp_client(bot) as client:  # the right token works
         assert len((await client.list_tools()).tools) == 3
     assert bot.ctx is not None
     bot.ctx.api_tokens = ()  # no token configured: closed, never open
-    async with http.post(url, json=body, headers={"Authorization": "Bearer test-token"}) as resp:
+    async with http.post(url, json=body, headers={"Authorization": f"Bearer {API_TOKEN}"}) as resp:
         assert resp.status == 503
 
 
@@ -153,7 +156,7 @@ async def test_a_lone_surrogate_over_http_is_read_and_asked(
     assert bot.ctx is not None
     url = f"http://127.0.0.1:{bot.port}/mcp"
     headers = {
-        "Authorization": "Bearer test-token",
+        "Authorization": f"Bearer {API_TOKEN}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
     }

@@ -22,6 +22,7 @@ from approvals._internal.store.keys import Keys
 from approvals.errors import InvalidRequest
 from bot.core.context import BotContext
 from tests.support import REVIEWER, decide_next
+from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN, THIRD_API_TOKEN, UPSTREAM_TOKEN
 from tests.support.e2e import BotFactory
 from tests.support.mcp import (
     REPO,
@@ -184,7 +185,7 @@ async def test_an_allow_rule_forwards_without_slack(
     )
     bot = await make_bot(build_policy(policy_file, "C0APPROVALS", ()))
     env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
-    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN="test-token")
+    env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN=API_TOKEN)
     async with Client(proxy(env, "--mark-gated"), mode="legacy") as client:
         async with asyncio.timeout(15):  # no reviewer here: both answer at once
             read = await client.call_tool("read_file", {"path": "README"})
@@ -248,14 +249,14 @@ async def test_a_streamable_http_upstream_with_a_bearer_token(
     port = free_port()
     env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
     upstream = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.mcp_upstream", "--http", str(port), "up-token",
+        sys.executable, "-m", "tests.support.mcp_upstream", "--http", str(port), UPSTREAM_TOKEN,
         env=env, cwd=REPO, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
     flags = ("--name", "files", "--upstream-url", url, "--upstream-bearer-env", "UPSTREAM_TOKEN")
     try:
         await eventually(lambda: _listening(port), within=20)
-        good = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": "up-token"})
+        good = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": UPSTREAM_TOKEN})
         async with Client(good, mode="legacy") as client:
             call = asyncio.create_task(client.call_tool("delete_file", {"path": "/tmp/b"}))
             await decide_next(ctx.service, "mcp__files__delete_file")
@@ -263,7 +264,7 @@ async def test_a_streamable_http_upstream_with_a_bearer_token(
         assert calls(upstream_log) == [{"tool": "delete_file", "arguments": {"path": "/tmp/b"}}]
 
         # A refused token: the proxy says so and exits 1 instead of serving nothing.
-        bad = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": "wrong"})
+        bad = approval_bot("mcp-proxy", *flags, env={**env, "UPSTREAM_TOKEN": OTHER_API_TOKEN})
         proc = await asyncio.create_subprocess_exec(
             bad.command, *bad.args, env=bad.env, cwd=REPO,
             stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -310,7 +311,7 @@ async def test_listen_serves_the_gated_tools_over_streamable_http(
     redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
 ) -> None:
     port = free_port()
-    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log), PROXY_TOKEN="proxy-token")
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log), PROXY_TOKEN=THIRD_API_TOKEN)
     flags = ("--listen", f"127.0.0.1:{port}", "--listen-token-env", "PROXY_TOKEN")
     params = proxy(env, *flags)
     served = await asyncio.create_subprocess_exec(
@@ -320,12 +321,12 @@ async def test_listen_serves_the_gated_tools_over_streamable_http(
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         await eventually(lambda: _listening(port), within=30)
-        for token in (None, "wrong"):
+        for token in (None, OTHER_API_TOKEN):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             async with httpx2.AsyncClient(headers=headers) as http:
                 refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
             assert refused.status_code == 401
-        headers = {"Authorization": "Bearer proxy-token"}
+        headers = {"Authorization": f"Bearer {THIRD_API_TOKEN}"}
         async with httpx2.AsyncClient(headers=headers) as http:
             transport = streamable_http_client(url, http_client=http)
             async with Client(transport, mode="legacy") as client:

@@ -18,13 +18,14 @@ from approvals.models import ApprovalEvent
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from bot.slack.listeners import UNRECORDED
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import CHANNEL, Reviewer, bot_config, posted_message
 from tests.support.redis_proxy import RedisProxy
 from tests.support.slack_emulator import SlackEmulator
 
 #: The bound on one Redis command in these tests (the default is DEFAULT_SOCKET_TIMEOUT).
 TIMEOUT = 1.0
-HEADERS = {"Authorization": "Bearer test-token"}
+HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 @pytest.fixture

@@ -17,10 +17,11 @@ from bot.core import app
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN, OTHER_BOT_TOKEN
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, fast_dispatcher, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-TOKEN = "xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx"
+TOKEN = OTHER_BOT_TOKEN  # another workspace's bot token, in an argument
 
 
 def policy(**route: Any) -> Any:
@@ -113,7 +114,7 @@ async def test_the_requester_is_told_the_outcome(
     bot = await make_bot(policy())
     assert bot.ctx is not None
     url = f"http://127.0.0.1:{bot.port}/v1/approvals"
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     body = {"tool_name": "deploy", "arguments": {"token": TOKEN}, "notify": "not a user id"}
     async with http.post(url, json=body, headers=headers) as resp:
         assert resp.status == 422, "a notify target is a Slack user id, nothing else"
@@ -145,7 +146,7 @@ async def test_a_notice_a_stopped_replica_still_owed_is_sent_by_the_next(
     first = await make_bot(policy(), dispatcher=fast_dispatcher())
     assert first.ctx is not None
     url = f"http://127.0.0.1:{first.port}/v1/approvals"
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     body = {"tool_name": "deploy", "arguments": {"env": "prod"}, "notify": "U0REQ"}
     async with http.post(url, json=body, headers=headers) as resp:
         assert resp.status == 201, await resp.text()

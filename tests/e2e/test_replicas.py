@@ -16,6 +16,7 @@ from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from bot.slack.delivery.dispatcher import DispatcherOptions
 from tests.support import eventually
+from tests.support.credentials import APP_TOKEN
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, has_actions, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
@@ -151,7 +152,7 @@ async def test_retry_after_is_obeyed(make_bot: BotFactory, slack: SlackEmulator)
 async def test_socket_mode_click_decides(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    bot = await make_bot(slack_app_token="xapp-test")
+    bot = await make_bot(slack_app_token=APP_TOKEN)
     assert bot.ctx is not None
     await slack.wait_until(lambda: slack.socket_connections > 0, 15, "socket connection")
     rid = await submit(bot)
@@ -170,7 +171,7 @@ async def test_socket_mode_click_decides(
 async def test_socket_mode_refuses_interactions_over_http(
     make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
 ) -> None:
-    bot = await make_bot(slack_app_token="xapp-test")
+    bot = await make_bot(slack_app_token=APP_TOKEN)
     assert bot.ctx is not None
     rid = await submit(bot)
     channel, message = await wait_posted(slack, rid)

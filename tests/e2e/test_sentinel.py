@@ -16,11 +16,12 @@ from approvals.models import ApprovalEvent
 from bot.core.app import Bot
 from bot.http.principals import derived_name
 from bot.slack import action_ids as ids
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import bot_config, posted_message
 from tests.support.redis_deployments import SentinelGroup
 from tests.support.slack_emulator import SlackEmulator
 
-AUTH = {"Authorization": "Bearer test-token"}
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ async def test_pending_requests_survive_a_failover_and_decisions_after_it_reach_
     try:
         assert bot.ctx is not None
         first = await bot.ctx.service.submit(
-            ApprovalEvent(tool_name="deploy", arguments={}), principal=derived_name("test-token")
+            ApprovalEvent(tool_name="deploy", arguments={}), principal=derived_name(API_TOKEN)
         )
         await slack.wait_for("chat.postMessage", 1)
         channel, message = posted_message(slack, first.id)
@@ -51,7 +52,7 @@ async def test_pending_requests_survive_a_failover_and_decisions_after_it_reach_
         assert await bot.ctx.redis.execute_command("WAIT", 1, 5000) == 1
         waiting = asyncio.create_task(bot.ctx.waiter.wait(first.id, 60))
         base = f"http://127.0.0.1:{bot.port}"
-        agent = ApprovalClient.from_env({"APPROVALS_URL": base, "APPROVALS_TOKEN": "test-token"})
+        agent = ApprovalClient.from_env({"APPROVALS_URL": base, "APPROVALS_TOKEN": API_TOKEN})
         poll = asyncio.create_task(agent.wait(first.id, timeout=60))
         old = sentinels.master()
 

@@ -13,6 +13,7 @@ from approvals.models import ApprovalConfig, ApprovalEvent
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN, BOT_TOKEN
 from tests.support.e2e import (
     CHANNEL,
     SIGNING_SECRET,
@@ -330,14 +331,14 @@ async def test_no_secret_reaches_a_log_line_or_a_repr(
     async with http.post(
         f"http://127.0.0.1:{bot.port}/v1/approvals",
         json={"tool_name": "deploy", "arguments": {"env": "prod"}},
-        headers={"Authorization": "Bearer test-token"},
+        headers={"Authorization": f"Bearer {API_TOKEN}"},
     ) as resp:
         rid = (await resp.json())["id"]
     channel, message = await posted(slack, rid)
     assert await reviewer("U0ALICE").click(bot, message, channel, ids.APPROVE) == 200
     await bot.ctx.waiter.wait(rid, timeout=15)
     await slack.wait_for("chat.update", 1)
-    secrets = ("xoxb-test", SIGNING_SECRET, "test-token")
+    secrets = (BOT_TOKEN, SIGNING_SECRET, API_TOKEN)
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "chat.postMessage" in logged or "posted" in logged  # the logs were captured
     for secret in secrets:

@@ -15,13 +15,17 @@ import aiohttp
 from approvals._internal.policy_file import parse_policy
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
+from tests.support.credentials import ADMIN_TOKEN, API_TOKEN, OTHER_API_TOKEN
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-A = {"Authorization": "Bearer tok-a"}
-B = {"Authorization": "Bearer tok-b"}
-ADMIN = {"Authorization": "Bearer tok-admin"}
-TOKENS = {"api_tokens": ("agent-a:tok-a", "agent-b:tok-b"), "admin_tokens": ("ops:tok-admin",)}
+A = {"Authorization": f"Bearer {API_TOKEN}"}
+B = {"Authorization": f"Bearer {OTHER_API_TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+TOKENS = {
+    "api_tokens": (f"agent-a:{API_TOKEN}", f"agent-b:{OTHER_API_TOKEN}"),
+    "admin_tokens": (f"ops:{ADMIN_TOKEN}",),
+}
 POLICY = {
     "routes": {
         "default": {"channel": CHANNEL},

@@ -20,6 +20,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from tests.support.credentials import APP_TOKEN, BOT_TOKEN, OTHER_APP_TOKEN, OTHER_BOT_TOKEN
 from tests.support.slack_emulator import SlackEmulator
 
 TS = re.compile(r"^\d{10}\.\d{6}$")
@@ -34,7 +35,7 @@ async def slack() -> AsyncIterator[SlackEmulator]:
 
 @pytest.fixture
 def client(slack: SlackEmulator) -> AsyncWebClient:
-    web = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+    web = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
     web.retry_handlers.clear()  # see every 429 / 5xx ourselves
     return web
 
@@ -58,7 +59,7 @@ async def test_auth_test_identifies_the_bot(slack: SlackEmulator, client: AsyncW
     assert res["bot_id"] == slack.BOT_ID
     assert res["team_id"] == slack.TEAM_ID
     assert res["url"].startswith("https://")
-    assert slack.calls[0].headers["Authorization"] == "Bearer xoxb-test"
+    assert slack.calls[0].headers["Authorization"] == f"Bearer {BOT_TOKEN}"
 
 
 async def test_post_message_shape_and_recording(
@@ -89,7 +90,7 @@ async def test_form_encoded_bodies_decode_json_fields(
     assert slack.calls_to("chat.postMessage")[0].body["blocks"] == [SECTION]
     # token in the form body instead of a header is accepted too, as by Slack
     anonymous = AsyncWebClient(base_url=slack.api_url)
-    res = await anonymous.api_call("auth.test", data={"token": "xoxb-test"})
+    res = await anonymous.api_call("auth.test", data={"token": BOT_TOKEN})
     assert res["user_id"] == slack.BOT_USER_ID
 
 
@@ -162,7 +163,7 @@ async def test_configured_users_channels_and_membership() -> None:
         not_in_channels={"C2"},
         users={"U7": {"name": "alice", "real_name": "Alice A", "display_name": "ali"}},
     ) as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
         user = (await client.users_info(user="U7"))["user"]
         assert (user["name"], user["real_name"], user["profile"]["display_name"]) == (
             "alice",
@@ -207,17 +208,138 @@ async def test_content_validation_errors(slack: SlackEmulator, client: AsyncWebC
 async def test_auth_errors_and_unknown_method(slack: SlackEmulator) -> None:
     nobody = AsyncWebClient(base_url=slack.api_url)
     assert (await api_error(nobody.auth_test())).response["error"] == "not_authed"
-    wrong = AsyncWebClient(token="xoxb-wrong", base_url=slack.api_url)
+    wrong = AsyncWebClient(token=OTHER_BOT_TOKEN, base_url=slack.api_url)
     assert (await api_error(wrong.auth_test())).response["error"] == "invalid_auth"
-    app = AsyncWebClient(token="xapp-test", base_url=slack.api_url)
+    app = AsyncWebClient(token=APP_TOKEN, base_url=slack.api_url)
     err = await api_error(app.chat_postMessage(channel="C1", text="x"))
     assert err.response["error"] == "not_allowed_token_type"
-    bot = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
-    err = await api_error(bot.apps_connections_open(app_token="xoxb-test"))
+    bot = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
+    err = await api_error(bot.apps_connections_open(app_token=BOT_TOKEN))
     assert err.response["error"] == "not_allowed_token_type"
     err = await api_error(bot.api_call("chat.nonsense"))
     assert (err.response.status_code, err.response["error"]) == (200, "unknown_method")
     assert [c.method for c in slack.calls][-1] == "chat.nonsense"
+
+
+#: Every Web API method the emulator answers with the bot token, and arguments it accepts.
+BOT_METHODS: dict[str, dict[str, Any]] = {
+    "auth.test": {},
+    "chat.postMessage": {"channel": "C1", "text": "x"},
+    "chat.update": {"channel": "C1", "ts": "1.2", "text": "x"},
+    "chat.postEphemeral": {"channel": "C1", "user": "U1", "text": "x"},
+    "chat.getPermalink": {"channel": "C1", "message_ts": "1.2"},
+    "views.open": {"trigger_id": "1.2.abc", "view": {"type": "modal"}},
+    "views.update": {"view_id": "V1", "view": {"type": "modal"}},
+    "views.publish": {"user_id": "U1", "view": {"type": "home", "blocks": []}},
+    "usergroups.users.list": {"usergroup": "S1"},
+    "users.info": {"user": "U1"},
+    "conversations.open": {"users": "U1"},
+    "conversations.info": {"channel": "C1"},
+    "conversations.history": {"channel": "C1"},
+}
+AUTH_ERRORS = {"not_authed", "invalid_auth", "not_allowed_token_type", "token_revoked"}
+
+
+async def raw_call(
+    slack: SlackEmulator,
+    method: str,
+    *,
+    bearer: str | None = None,
+    form: dict[str, str] | None = None,
+    body: dict[str, Any] | None = None,
+    query: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """POST `method` as any HTTP client could: a bearer header, a form body, a JSON body."""
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            slack.api_url + method, headers=headers, data=form, json=body, params=query
+        ) as resp,
+    ):
+        assert resp.status == 200
+        return dict(await resp.json())
+
+
+def masked(token: str) -> str:
+    """`token` as the masker used to send it (issue 31)."""
+    return f"••••••({'64+' if len(token) > 63 else '32-63'} chars)"
+
+
+@pytest.mark.parametrize("method", sorted(BOT_METHODS))
+async def test_every_bot_method_takes_the_exact_bot_token_and_no_other(
+    slack: SlackEmulator, method: str
+) -> None:
+    """As Slack: the bot token passes (whatever the method then answers), in the header or
+    in a form body; another workspace's, a masked one, one cut short, or the app-level
+    token do not."""
+    slack.add_usergroup("S1", ["U1"])
+    args = BOT_METHODS[method]
+    answer = await raw_call(slack, method, bearer=BOT_TOKEN, body=args)
+    assert answer.get("error") not in AUTH_ERRORS, answer
+    form = {k: v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
+    answer = await raw_call(slack, method, form={**form, "token": BOT_TOKEN})
+    assert answer.get("error") not in AUTH_ERRORS, answer
+    for token, error in [
+        (OTHER_BOT_TOKEN, "invalid_auth"),
+        (masked(BOT_TOKEN), "invalid_auth"),
+        (BOT_TOKEN[:-1], "invalid_auth"),
+        (APP_TOKEN, "not_allowed_token_type"),
+    ]:
+        assert (await raw_call(slack, method, bearer=token, body=args))["error"] == error
+    assert (await raw_call(slack, method, body=args))["error"] == "not_authed"
+    assert {c.token_from for c in slack.calls} == {"header", "form", None}
+
+
+async def test_apps_connections_open_takes_only_the_app_token_in_the_header(
+    slack: SlackEmulator,
+) -> None:
+    """Slack's apps.connections.open page: an app-level token with connections:write, in the
+    Authorization header ("passing it as a POST parameter will result in an error")."""
+    opened = await raw_call(slack, "apps.connections.open", bearer=APP_TOKEN)
+    assert opened["ok"] and opened["url"].startswith("ws://")
+    for bearer, error in [
+        (BOT_TOKEN, "not_allowed_token_type"),
+        (OTHER_APP_TOKEN, "invalid_auth"),
+        (masked(APP_TOKEN), "invalid_auth"),
+    ]:
+        answer = await raw_call(slack, "apps.connections.open", bearer=bearer)
+        assert answer["error"] == error, bearer
+    in_form = await raw_call(slack, "apps.connections.open", form={"token": APP_TOKEN})
+    assert in_form["error"] == "invalid_auth"
+    assert (await raw_call(slack, "apps.connections.open"))["error"] == "not_authed"
+    calls = slack.calls_to("apps.connections.open")
+    assert [(c.token, c.token_from) for c in calls][:2] == [
+        (APP_TOKEN, "header"),
+        (BOT_TOKEN, "header"),
+    ]
+    assert (calls[-2].token, calls[-2].token_from) == (APP_TOKEN, "form")
+
+
+async def test_an_app_token_without_connections_write_is_missing_a_scope() -> None:
+    async with SlackEmulator(app_scopes=("authorizations:read",)) as slack:
+        answer = await raw_call(slack, "apps.connections.open", bearer=APP_TOKEN)
+    assert (answer["error"], answer["needed"]) == ("missing_scope", "connections:write")
+
+
+async def test_a_token_in_a_json_body_or_the_query_string_is_not_read(
+    slack: SlackEmulator,
+) -> None:
+    """Slack reads JSON bodies only with the token in the header, and refuses tokens in the
+    query string (apps made since February 2021)."""
+    in_json = await raw_call(slack, "auth.test", body={"token": BOT_TOKEN})
+    in_query = await raw_call(slack, "auth.test", query={"token": BOT_TOKEN})
+    assert in_json["error"] == in_query["error"] == "not_authed"
+    assert all(c.token is None for c in slack.calls)
+
+
+async def test_a_revoked_token_is_refused(slack: SlackEmulator, client: AsyncWebClient) -> None:
+    assert (await client.auth_test())["ok"]
+    slack.revoke(BOT_TOKEN)
+    assert (await api_error(client.auth_test())).response["error"] == "token_revoked"
+    slack.revoke(APP_TOKEN)
+    err = await api_error(client.apps_connections_open(app_token=APP_TOKEN))
+    assert err.response["error"] == "token_revoked"
 
 
 async def test_fail_next_counts_down(slack: SlackEmulator, client: AsyncWebClient) -> None:
@@ -364,7 +486,7 @@ async def socket_client(
     slack: SlackEmulator, seen: list[SocketModeRequest], hellos: list[dict[str, Any]]
 ) -> SocketModeClient:
     web = AsyncWebClient(base_url=slack.api_url)
-    sm = SocketModeClient(app_token="xapp-test", web_client=web, auto_reconnect_enabled=True)
+    sm = SocketModeClient(app_token=APP_TOKEN, web_client=web, auto_reconnect_enabled=True)
 
     async def on_message(client: Any, message: dict[str, Any], raw: str | None) -> None:
         if message.get("type") == "hello":
@@ -389,7 +511,7 @@ async def test_socket_mode_round_trip(slack: SlackEmulator) -> None:
     sm = await socket_client(slack, seen, hellos)
     try:
         (opened,) = slack.calls_to("apps.connections.open")
-        assert opened.headers["Authorization"] == "Bearer xapp-test"
+        assert opened.headers["Authorization"] == f"Bearer {APP_TOKEN}"
         assert opened.response is not None
         assert opened.response["url"].startswith(f"ws://127.0.0.1:{slack.port}/socket/")
 
@@ -459,7 +581,7 @@ async def test_history_window_order_paging_and_metadata(
 
 async def test_history_needs_the_scope_of_the_channel_type() -> None:
     async with SlackEmulator(scopes={"chat:write", "channels:history"}) as limited:
-        web = AsyncWebClient(token="xoxb-test", base_url=limited.api_url)
+        web = AsyncWebClient(token=BOT_TOKEN, base_url=limited.api_url)
         assert (await web.conversations_history(channel="C1"))["ok"]
         error = await api_error(web.conversations_history(channel="G1"))
         assert error.response["error"] == "missing_scope"
@@ -485,7 +607,7 @@ async def test_answer_late_does_the_work_then_answers_after_the_client_gave_up(
     slack: SlackEmulator,
 ) -> None:
     slack.answer_late_next("chat.postMessage", 1.0)
-    impatient = AsyncWebClient(token="xoxb-test", base_url=slack.api_url, timeout=0.3)  # type: ignore[arg-type]
+    impatient = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url, timeout=0.3)  # type: ignore[arg-type]
     impatient.retry_handlers.clear()
     with pytest.raises(asyncio.TimeoutError):
         await impatient.chat_postMessage(channel="C1", text="late")
@@ -521,7 +643,7 @@ async def test_outage_answers_5xx_to_everything_until_it_ends(
 
 async def test_views_publish_keeps_one_home_view_per_user() -> None:
     async with SlackEmulator(users={"U7": {"name": "alice"}}) as slack:
-        client = AsyncWebClient(token="xoxb-test", base_url=slack.api_url)
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=slack.api_url)
         home = {
             "type": "home",
             "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}],

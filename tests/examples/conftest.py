@@ -13,6 +13,7 @@ from approvals._internal.store.webhooks import WebhookSecrets
 from bot.core.context import BotContext
 from bot.http.principals import derived_name
 from bot.workers.webhooks import WebhookOptions, WebhookWorker
+from tests.support.credentials import API_TOKEN
 
 FAST = WebhookOptions(
     timeout=5.0,
@@ -42,7 +43,7 @@ async def webhooks(ctx: BotContext) -> AsyncIterator[WebhookWorker]:
 @pytest.fixture
 async def secret(ctx: BotContext) -> str:
     # Webhooks are signed with the asking principal's secret: here the test token's.
-    return await WebhookSecrets(ctx.redis, ctx.keys).current(derived_name("test-token"))
+    return await WebhookSecrets(ctx.redis, ctx.keys).current(derived_name(API_TOKEN))
 
 
 @pytest.fixture

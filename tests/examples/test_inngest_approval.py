@@ -17,6 +17,7 @@ from approvals.models import Decision
 from bot.core.context import BotContext
 from bot.workers.webhooks import WebhookWorker
 from examples.inngest_approval import DECIDED, make_function, on_webhook
+from tests.support.credentials import API_TOKEN
 from tests.support.webhook_receiver import eventually
 
 
@@ -46,7 +47,7 @@ async def test_function_waits_for_the_decision_event_sent_by_the_webhook_receive
 
     url = await serve_handler(handle)
     approvals = SyncApprovalClient.from_env(
-        {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": "test-token"}
+        {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": API_TOKEN}
     )
     deployed: list[dict[str, Any]] = []
     fn = make_function(

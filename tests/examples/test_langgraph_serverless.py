@@ -16,6 +16,7 @@ from approvals.models import Decision
 from bot.core.context import BotContext
 from bot.workers.webhooks import WebhookWorker
 from examples.langgraph_serverless import build_graph, make_handler, start
+from tests.support.credentials import API_TOKEN
 from tests.support.webhook_receiver import eventually
 
 
@@ -27,9 +28,7 @@ async def test_thread_resumes_on_approve_and_deny_and_ignores_redelivery_and_for
     secret: str,
 ) -> None:
     ran: list[str] = []
-    client = SyncApprovalClient.from_env(
-        {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": "test-token"}
-    )
+    client = SyncApprovalClient.from_env({"APPROVALS_URL": api_url, "APPROVALS_TOKEN": API_TOKEN})
     box: dict[str, Any] = {}
 
     async def handle(headers: dict[str, str], body: str) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from examples.temporal_approval import (
     DeployWorkflow,
     on_webhook,
 )
+from tests.support.credentials import API_TOKEN
 from tests.support.webhook_receiver import eventually
 
 
@@ -61,7 +62,7 @@ async def test_activity_asks_with_a_callback_and_the_webhook_signals_the_workflo
         return await on_webhook(temporal, secret, headers, body), ""
 
     url = await serve_handler(handle)
-    client = ApprovalClient.from_env({"APPROVALS_URL": api_url, "APPROVALS_TOKEN": "test-token"})
+    client = ApprovalClient.from_env({"APPROVALS_URL": api_url, "APPROVALS_TOKEN": API_TOKEN})
     activities = ApprovalActivities(client, callback_url=url)
     try:
         ask = ApprovalAsk("deploy", {"service": "billing"}, workflow_id="deploy-billing-1")

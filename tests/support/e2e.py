@@ -23,9 +23,11 @@ from approvals._internal.policy import Policy
 from approvals._internal.store.keys import Keys
 from bot.core.app import Bot, BotConfig
 from bot.slack.delivery.dispatcher import DispatcherOptions
+from tests.support.credentials import API_TOKEN, BOT_TOKEN, SIGNING_SECRET, VERIFICATION_TOKEN
 from tests.support.slack_emulator import SlackEmulator
 
-SIGNING_SECRET = "test-signing-secret"
+# SIGNING_SECRET lives in tests.support.credentials; tests import it from here too.
+
 CHANNEL = "C0APPROVALS"
 TEAM = "T0EMULATED"
 
@@ -46,10 +48,10 @@ def bot_config(redis_url: str, keys: Keys, slack: SlackEmulator | None, **kw: An
         prefix=keys.prefix,
         host="127.0.0.1",
         port=0,
-        slack_bot_token="xoxb-test" if slack else None,
+        slack_bot_token=BOT_TOKEN if slack else None,
         slack_signing_secret=SIGNING_SECRET if slack else None,
         slack_api_url=slack.api_url if slack else "https://slack.com/api/",
-        api_tokens=kw.pop("api_tokens", ("test-token",)),
+        api_tokens=kw.pop("api_tokens", (API_TOKEN,)),
         default_channel=CHANNEL,
         consumer=f"c-{uuid.uuid4().hex[:6]}",
         dispatcher=options,
@@ -142,7 +144,7 @@ def click_payload(
         "type": "block_actions",
         "user": user,
         "api_app_id": "A0APPID",
-        "token": "legacy-unused",
+        "token": VERIFICATION_TOKEN,
         "team": {"id": TEAM, "domain": "emulated"},
         "container": {
             "type": "message",
@@ -227,7 +229,7 @@ class Reviewer:
             "team": {"id": TEAM, "domain": "emulated"},
             "user": self._user(),
             "api_app_id": "A0APPID",
-            "token": "legacy-unused",
+            "token": VERIFICATION_TOKEN,
             "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",
             "view": {
                 **view,
@@ -257,7 +259,7 @@ class Reviewer:
         form body); the bot's ephemeral answer is in `last_body`."""
         body = urlencode(
             {
-                "token": "legacy-unused",
+                "token": VERIFICATION_TOKEN,
                 "team_id": TEAM,
                 "team_domain": "emulated",
                 "channel_id": channel,
@@ -284,7 +286,7 @@ class Reviewer:
         }
         body = json.dumps(
             {
-                "token": "legacy-unused",
+                "token": VERIFICATION_TOKEN,
                 "team_id": TEAM,
                 "api_app_id": "A0APPID",
                 "event": event,
@@ -312,7 +314,7 @@ class Reviewer:
             "type": "block_actions",
             "user": self._user(),
             "api_app_id": "A0APPID",
-            "token": "legacy-unused",
+            "token": VERIFICATION_TOKEN,
             "team": {"id": TEAM, "domain": "emulated"},
             "container": {"type": "view", "view_id": view["id"]},
             "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:8]}",

@@ -1,4 +1,16 @@
-"""Local Slack Web API + Socket Mode emulator (aiohttp) that bot tests and benchmarks use."""
+"""Local Slack Web API + Socket Mode emulator (aiohttp) that bot tests and benchmarks use.
+
+Its tokens are checked as Slack checks them (`SlackEmulator._refusal`), each call against the
+exact token it was given: the bot token (`token`) for every Web API method, the app-level
+token (`app_token`) for `apps.connections.open` only. A token is read from an
+`Authorization: Bearer` header, or from a form body's `token` field (URL-encoded or
+multipart); never from a JSON body (Slack reads JSON only with the header) nor from the
+query string (refused for apps made since February 2021). An app-level token is read from
+the header only (Slack's `apps.connections.open` page: "passing it as a POST parameter will
+result in an error"). Answers: no token `not_authed`; a token it does not know, or an
+app-level token in a form, `invalid_auth`; a revoked one (`revoke`) `token_revoked`; the
+other kind of token `not_allowed_token_type`.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +28,8 @@ from typing import Any, Self
 
 from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from tests.support.credentials import APP_TOKEN, BOT_TOKEN
 
 JSON_FIELDS = frozenset({"blocks", "attachments", "view", "metadata"})
 MAX_MESSAGE_BLOCKS = 50
@@ -50,6 +64,10 @@ class Call:
     at: float  # time.monotonic() on arrival
     status: int = 200
     response: dict[str, Any] | None = None
+    #: The token the call presented, as it came, and where: "header" (`Authorization:
+    #: Bearer`), "form" (a form body's `token`); None: it presented none Slack reads.
+    token: str | None = None
+    token_from: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -94,14 +112,15 @@ class SlackEmulator:
     def __init__(
         self,
         *,
-        token: str = "xoxb-test",
-        app_token: str = "xapp-test",
+        token: str = BOT_TOKEN,
+        app_token: str = APP_TOKEN,
         channels: Iterable[str] | None = None,
         not_in_channels: Iterable[str] = (),
         users: Mapping[str, Mapping[str, Any]] | None = None,
         usergroups: Mapping[str, Iterable[str]] | None = None,
         latency: float = 0.0,
         scopes: Iterable[str] | None = None,
+        app_scopes: Iterable[str] = ("connections:write",),
         channel_names: Mapping[str, str] | None = None,
         clock_offset: float = 0.0,
         host: str = "127.0.0.1",
@@ -111,6 +130,8 @@ class SlackEmulator:
         #: The rate limiter's clock; a test that checks refill timing passes its own.
         self.clock = clock
         self.app_token = app_token
+        #: Tokens revoked (`revoke`): Slack answers `token_revoked`.
+        self.revoked: set[str] = set()
         self.channels: set[str] | None = None if channels is None else set(channels)
         self.not_in_channels = set(not_in_channels)
         self.users: dict[str, dict[str, Any]] | None = None
@@ -124,6 +145,8 @@ class SlackEmulator:
         #: The bot token's scopes; None grants all. Methods that need one they lack answer
         #: `missing_scope` (conversations.history and conversations.info check, per channel type).
         self.scopes: set[str] | None = None if scopes is None else set(scopes)
+        #: The app-level token's scopes: `apps.connections.open` needs connections:write.
+        self.app_scopes = set(app_scopes)
         #: Channel names for conversations.info (default: the id, lower-cased).
         self.channel_names = dict(channel_names or {})
         #: Seconds Slack's clock is ahead of ours: the `Date` header of every answer.
@@ -221,6 +244,11 @@ class SlackEmulator:
 
     def add_usergroup(self, group_id: str, users: Iterable[str]) -> None:
         self.usergroups[group_id] = list(users)
+
+    def revoke(self, token: str) -> None:
+        """Revoke `token` (the bot's or the app's), as uninstalling the app or `auth.revoke`
+        does: every call with it answers `token_revoked` from now on."""
+        self.revoked.add(token)
 
     def set_latency(self, seconds: float, method: str | None = None) -> None:
         if method is None:
@@ -338,7 +366,8 @@ class SlackEmulator:
     async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         arrived = time.monotonic()
         method = request.match_info["method"]
-        body = await _read_body(request)
+        body, form = await _read_parts(request)
+        token, token_from = _presented(request.headers, form)
         self.arrivals.append((method, body, arrived))
         self._notify()
         delay = self.latency_by_method.get(method, self.latency)
@@ -351,9 +380,9 @@ class SlackEmulator:
         if self._outage is not None:
             status, payload, headers = self._outage, None, {}
         else:
-            status, payload, headers, late = self._dispatch(method, body, request.headers)
+            status, payload, headers, late = self._dispatch(method, body, token, token_from)
         snapshot = CIMultiDictProxy(CIMultiDict(request.headers))
-        call = Call(method, body, snapshot, arrived, status, payload)
+        call = Call(method, body, snapshot, arrived, status, payload, token, token_from)
         self.calls.append(call)
         self._by_method.setdefault(method, []).append(call)
         self._notify()
@@ -362,7 +391,7 @@ class SlackEmulator:
         if payload is None:
             return web.Response(status=status, text=SERVER_ERROR_PAGE, content_type="text/html")
         headers = {**headers, "Date": formatdate(time.time() + self.clock_offset, usegmt=True)}
-        if self._bot_token_call(request.headers, body):
+        if token == self.token and token not in self.revoked:
             # Slack lists the token's scopes on every Web API answer.
             headers["x-oauth-scopes"] = ",".join(sorted(self.granted_scopes))
         return web.json_response(payload, status=status, headers=headers)
@@ -372,27 +401,32 @@ class SlackEmulator:
         """The bot token's scopes as `x-oauth-scopes` lists them (None grants ALL_SCOPES)."""
         return set(ALL_SCOPES) if self.scopes is None else set(self.scopes)
 
-    def _bot_token_call(self, headers: Mapping[str, str], body: dict[str, Any]) -> bool:
-        auth = headers.get("Authorization", "")
-        token = auth[7:].strip() if auth.startswith("Bearer ") else body.get("token")
-        return token == self.token
+    def _refusal(self, method: str, token: str | None, token_from: str | None) -> str | None:
+        """Slack's error for a call to `method` that presented `token` (from `token_from`),
+        or None when the token may call it."""
+        if not token:
+            return "not_authed"
+        if token not in (self.token, self.app_token):
+            return "invalid_auth"  # a token Slack does not know (a masked one too)
+        if token in self.revoked:
+            return "token_revoked"
+        if token == self.app_token and token_from != "header":
+            return "invalid_auth"  # app-level tokens are read from the header only
+        if (token == self.app_token) != (method == "apps.connections.open"):
+            return "not_allowed_token_type"
+        return None
 
     def _dispatch(
-        self, method: str, body: dict[str, Any], headers: Mapping[str, str]
+        self, method: str, body: dict[str, Any], token: str | None, token_from: str | None
     ) -> tuple[int, dict[str, Any] | None, dict[str, str], float]:
         """(status, JSON body or None for an HTML error page, headers, seconds to hold the
         answer back after the work is done)."""
         handler = self._methods().get(method)
         if handler is None:
             return 200, {"ok": False, "error": "unknown_method"}, {}, 0.0
-        auth = headers.get("Authorization", "")
-        token = auth[7:].strip() if auth.startswith("Bearer ") else body.get("token")
-        if not token:
-            return 200, {"ok": False, "error": "not_authed"}, {}, 0.0
-        if token not in (self.token, self.app_token):
-            return 200, {"ok": False, "error": "invalid_auth"}, {}, 0.0
-        if (token == self.app_token) != (method == "apps.connections.open"):
-            return 200, {"ok": False, "error": "not_allowed_token_type"}, {}, 0.0
+        refused = self._refusal(method, token, token_from)
+        if refused is not None:
+            return 200, {"ok": False, "error": refused}, {}, 0.0
         fault = self._take_fault(method, body)
         late = float(fault.value) if fault is not None and fault.kind == "late" else 0.0
         if fault is not None and fault.kind == "server":
@@ -574,6 +608,9 @@ class SlackEmulator:
         }
 
     def _connections_open(self, body: dict[str, Any]) -> dict[str, Any]:
+        if "connections:write" not in self.app_scopes:
+            provided = ",".join(sorted(self.app_scopes))
+            raise _SlackError("missing_scope", needed="connections:write", provided=provided)
         ticket = uuid.uuid4().hex
         self._tickets.add(ticket)
         host = self.host
@@ -861,23 +898,42 @@ def _check_metadata(body: dict[str, Any]) -> None:
 
 async def _read_body(request: web.Request) -> dict[str, Any]:
     """Query string + form or JSON body, with JSON-valued form fields (blocks, view...) decoded."""
+    return (await _read_parts(request))[0]
+
+
+def _presented(
+    headers: Mapping[str, str], form: Mapping[str, str]
+) -> tuple[str | None, str | None]:
+    """The token a Web API call presents as Slack reads it, and where it was: an
+    `Authorization: Bearer` header first, else a form body's `token` (never a JSON body's,
+    never the query string's)."""
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip(), "header"
+    token = form.get("token")
+    return (token, "form") if token else (None, None)
+
+
+async def _read_parts(request: web.Request) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the call's arguments: the query string + the form or JSON body, JSON-valued form
+    fields (blocks, view...) decoded; the form body's own fields, as sent)."""
     body: dict[str, Any] = dict(request.query)
     if request.content_type == "application/json":
         raw = await request.text()
         if raw.strip():
             parsed = json.loads(raw)
             body |= parsed if isinstance(parsed, dict) else {"_json": parsed}
-        return body
+        return body, {}
     form = await request.post()
-    for key, value in form.items():
-        body[key] = value if isinstance(value, str) else str(value)
+    fields = {k: v if isinstance(v, str) else str(v) for k, v in form.items()}
+    body |= fields
     for key in JSON_FIELDS & body.keys():
         if isinstance(body[key], str) and body[key][:1] in {"[", "{"}:
             try:
                 body[key] = json.loads(body[key])
             except ValueError:
                 pass
-    return body
+    return body, fields
 
 
 def _truthy(value: Any) -> bool:

@@ -32,6 +32,7 @@ from bot.cli.serve import SERVE_GC_THRESHOLD, tune_gc_for_serving
 from bot.core.context import BotContext
 from bot.core.settings import VARIABLES
 from tests import support
+from tests.support.credentials import API_TOKEN, UNKNOWN_API_TOKEN
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE_POLICY = Path(__file__).resolve().parents[3] / "config" / "policy.example.yaml"
@@ -273,7 +274,7 @@ async def test_request_over_http(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("APPROVALS_URL", api_url)
-    monkeypatch.setenv("APPROVALS_TOKEN", "test-token")
+    monkeypatch.setenv("APPROVALS_TOKEN", API_TOKEN)
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # must not be used
     run = asyncio.create_task(cli("request", "--tool", "http_tool", "--args", '{"a": 1}'))
     decided = await decide_next(ctx.service, "http_tool")
@@ -414,7 +415,7 @@ async def test_forwarding_hook_with_no_time_left_sends_nothing(
     listener.setblocking(False)
     port = listener.getsockname()[1]
     monkeypatch.setenv("APPROVALS_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("APPROVALS_TOKEN", "test-token")
+    monkeypatch.setenv("APPROVALS_TOKEN", API_TOKEN)
     monkeypatch.setattr("bot.agents.spawn.process_age", lambda: 600.0)
     monkeypatch.setattr("sys.stdin", io.StringIO(hook_input(tool_use_id="toolu_fwd")))
     argv = ["approval-bot", "hook", dialect, "--timeout", "20", "--on-timeout", on_timeout]
@@ -692,7 +693,7 @@ async def test_ctrl_c_on_request_wait_withdraws_it(api_url: str, ctx: BotContext
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
-    env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN="test-token")
+    env.update(APPROVALS_URL=api_url, APPROVALS_TOKEN=API_TOKEN)
     request, rest = await interrupt_request_wait(env, ctx)
     assert request.status == "cancelled", "withdrawn, not left pending"
     assert f"withdrew {request.id}" in rest
@@ -741,7 +742,7 @@ async def run_review(env: dict[str, str], *args: str) -> tuple[dict[str, Any], l
 async def test_hook_failures_are_one_plain_line_on_stderr(
     problem: str, api_url: str, ctx: BotContext
 ) -> None:
-    env = {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": "test-token"}
+    env = {"APPROVALS_URL": api_url, "APPROVALS_TOKEN": API_TOKEN}
     args: tuple[str, ...] = ("--timeout", "30")
     if problem == "bot unreachable":
         with socket.socket() as s:  # a port nobody listens on
@@ -753,7 +754,7 @@ async def test_hook_failures_are_one_plain_line_on_stderr(
             f"cannot connect to 127.0.0.1:{port} (Connection refused); denied"
         )
     elif problem == "wrong token":
-        env["APPROVALS_TOKEN"] = "not-the-token"
+        env["APPROVALS_TOKEN"] = UNKNOWN_API_TOKEN
         expected = "approval-bot hook: the bearer token is not valid for this API; denied"
     elif problem == "not the bot":  # an HTTP server, but no approval bot at that path
         env["APPROVALS_URL"] = f"{api_url}/elsewhere"
@@ -800,7 +801,7 @@ async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", code,
-        env={**base, "APPROVALS_URL": api_url + "/", "APPROVALS_TOKEN": "test-token"},
+        env={**base, "APPROVALS_URL": api_url + "/", "APPROVALS_TOKEN": API_TOKEN},
         cwd=REPO, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

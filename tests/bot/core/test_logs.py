@@ -16,6 +16,7 @@ from approvals.integrations.coding_agents import answer_hook
 from approvals.models import ApprovalRequest
 from bot.core import logs
 from bot.core.settings import Settings
+from tests.support.credentials import API_TOKEN
 
 FORGED = (
     "\n2026-12-01 09:00:00,000 INFO bot.slack.listeners request decided id=apr_x status=approved"
@@ -134,7 +135,7 @@ async def test_a_requests_lifecycle_lines_carry_id_route_and_principal(
     async with http.post(
         f"http://127.0.0.1:{bot.port}/v1/approvals",
         json={"tool_name": "deploy", "arguments": {}},
-        headers={"Authorization": "Bearer test-token"},
+        headers={"Authorization": f"Bearer {API_TOKEN}"},
     ) as resp:
         rid = (await resp.json())["id"]
     await slack.wait_for("chat.postMessage", 1)
@@ -146,4 +147,4 @@ async def test_a_requests_lifecycle_lines_carry_id_route_and_principal(
     for event in ("request created", "posted", "click"):
         assert event in mine, sorted(mine)
         assert mine[event]["route"] == "default", mine[event]
-        assert mine[event]["principal"] == derived_name("test-token"), mine[event]
+        assert mine[event]["principal"] == derived_name(API_TOKEN), mine[event]

@@ -22,6 +22,7 @@ from bot.cli import main as cli
 from bot.core import app as bot_app
 from bot.core.settings import load_settings
 from tests.support import delete_prefix, eventually, wait_healthy
+from tests.support.credentials import API_TOKEN
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -59,7 +60,7 @@ async def test_serve_without_redis_or_slack_starts_embedded_redis(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
     port = free_port()
-    env = {"PORT": str(port), "APPROVALS_API_TOKENS": "t1"}
+    env = {"PORT": str(port), "APPROVALS_API_TOKENS": API_TOKEN}
     settings = load_settings(env)
     stop = asyncio.Event()
     caplog.set_level(logging.INFO)
@@ -72,7 +73,7 @@ async def test_serve_without_redis_or_slack_starts_embedded_redis(
             async with http.post(
                 f"http://127.0.0.1:{port}/v1/approvals",
                 json={"tool_name": "deploy", "arguments": {"env": "prod"}},
-                headers={"Authorization": "Bearer t1"},
+                headers={"Authorization": f"Bearer {API_TOKEN}"},
             ) as resp:
                 assert resp.status == 201, await resp.text()
                 created = await resp.json()
@@ -115,7 +116,7 @@ async def test_two_serves_on_one_data_dir_share_one_server(
                 load_settings(
                     {
                         "PORT": str(port),
-                        "APPROVALS_API_TOKENS": "t1",
+                        "APPROVALS_API_TOKENS": API_TOKEN,
                         "APPROVALS_DATA_DIR": str(tmp_path),
                     }
                 ),
@@ -124,7 +125,7 @@ async def test_two_serves_on_one_data_dir_share_one_server(
         )
         for port, stop in zip(ports, stops, strict=True)
     ]
-    headers = {"Authorization": "Bearer t1"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     try:
         await wait_healthy(ports[0])
         await wait_healthy(ports[1])
@@ -177,7 +178,7 @@ async def test_kill_9_then_start_never_doubles_the_server(tmp_path: Path) -> Non
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
-    env.update(APPROVALS_DATA_DIR=str(tmp_path), APPROVALS_API_TOKENS="t1")
+    env.update(APPROVALS_DATA_DIR=str(tmp_path), APPROVALS_API_TOKENS=API_TOKEN)
 
     async def start_serve() -> tuple[asyncio.subprocess.Process, int]:
         port = free_port()
@@ -204,7 +205,7 @@ async def test_kill_9_then_start_never_doubles_the_server(tmp_path: Path) -> Non
             async with http.post(
                 f"http://127.0.0.1:{port}/v1/approvals",
                 json={"tool_name": "deploy", "arguments": {}},
-                headers={"Authorization": "Bearer t1"},
+                headers={"Authorization": f"Bearer {API_TOKEN}"},
             ) as resp:
                 rid = (await resp.json())["id"]
         old_server = server_pid()
@@ -220,7 +221,7 @@ async def test_kill_9_then_start_never_doubles_the_server(tmp_path: Path) -> Non
         async with aiohttp.ClientSession() as http:
             async with http.get(
                 f"http://127.0.0.1:{port}/v1/approvals/{rid}",
-                headers={"Authorization": "Bearer t1"},
+                headers={"Authorization": f"Bearer {API_TOKEN}"},
             ) as resp:
                 assert resp.status == 200, "the data survived (append-only file)"
     finally:
@@ -301,7 +302,7 @@ async def test_sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one(
             "REDIS_URL": redis_url,
             "APPROVALS_PREFIX": f"hup-{port}",
             "APPROVALS_POLICY_FILE": str(policy),
-            "APPROVALS_API_TOKENS": "t1",
+            "APPROVALS_API_TOKENS": API_TOKEN,
         }
     )
     caplog.set_level(logging.INFO)
@@ -313,7 +314,7 @@ async def test_sighup_reloads_the_policy_and_a_bad_file_keeps_the_old_one(
             async with http.post(
                 f"http://127.0.0.1:{port}/v1/approvals",
                 json={"tool_name": tool, "arguments": {}},
-                headers={"Authorization": "Bearer t1"},
+                headers={"Authorization": f"Bearer {API_TOKEN}"},
             ) as resp:
                 return str((await resp.json())["status"])
 

@@ -28,6 +28,7 @@ from bot.ops import embedded_redis
 from bot.slack.link import plain
 from tests.bot.core.test_serve import pid_alive
 from tests.support import wait_healthy
+from tests.support.credentials import APP_TOKEN, BOT_TOKEN, OTHER_APP_TOKEN, OTHER_BOT_TOKEN
 from tests.support.e2e import bot_config
 from tests.support.slack_emulator import SlackEmulator
 
@@ -170,8 +171,8 @@ async def test_a_signal_stops_serve_within_5_s_in_every_phase(
         "PORT": str(port),
         "REDIS_URL": redis_url,
         "APPROVALS_PREFIX": f"sig-{port}",
-        "SLACK_BOT_TOKEN": "xoxb-test",
-        "SLACK_APP_TOKEN": "xapp-test",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_APP_TOKEN": APP_TOKEN,
         "SLACK_API_URL": slack.api_url,
     }
     if phase == "redis":
@@ -212,7 +213,7 @@ async def test_slack_unreachable_retries_with_one_plain_line_each(
     caplog.set_level(logging.INFO)
     dead = f"http://127.0.0.1:{free_port()}/api/"  # connection refused
     config = replace(
-        bot_config(redis_url, keys, None), slack_bot_token="xoxb-test", slack_api_url=dead
+        bot_config(redis_url, keys, None), slack_bot_token=BOT_TOKEN, slack_api_url=dead
     )
     bot = Bot(config)
     assert bot.config.slack_enabled
@@ -237,7 +238,7 @@ async def test_auth_test_at_start_logs_the_team_and_refuses_a_bad_token(
 ) -> None:
     caplog.set_level(logging.INFO)
     good = Bot(bot_config(redis_url, keys, slack))
-    bad = Bot(replace(bot_config(redis_url, keys, slack), slack_bot_token="xoxb-wrong"))
+    bad = Bot(replace(bot_config(redis_url, keys, slack), slack_bot_token=OTHER_BOT_TOKEN))
     await good.start()
     await bad.start()
     try:
@@ -363,8 +364,8 @@ async def test_socket_mode_failures_are_one_line_each_and_a_refused_app_token_on
     line naming SLACK_APP_TOKEN, no retries, and /healthz says so."""
     caplog.set_level(logging.INFO)
     slack.server_error_next("apps.connections.open", 503, times=2)
-    flaky = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token="xapp-test"))
-    refused = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token="xapp-wrong"))
+    flaky = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token=APP_TOKEN))
+    refused = Bot(replace(bot_config(redis_url, keys, slack), slack_app_token=OTHER_APP_TOKEN))
     await flaky.start()
     await refused.start()
     try:

@@ -20,11 +20,25 @@ from bot.core.settings import (
     load_settings,
     redact_url,
 )
+from tests.support.credentials import (
+    API_TOKEN,
+    APP_TOKEN,
+    BOT_TOKEN,
+    OTHER_API_TOKEN,
+    REFRESH_TOKEN,
+    ROTATING_BOT_TOKEN,
+    SIGNING_SECRET,
+    THIRD_API_TOKEN,
+    USER_TOKEN,
+)
 
-BOT = "xoxb-1111-2222-bots3kr1tvalue"
-APP = "xapp-1-A111-3333-apps3kr1tvalue"
-SIGNING = "signings3kr1tvalue0123456789abcdef"
+BOT, APP, SIGNING = BOT_TOKEN, APP_TOKEN, SIGNING_SECRET
 HTTP_SLACK = {"SLACK_BOT_TOKEN": BOT, "SLACK_SIGNING_SECRET": SIGNING}
+
+
+def spaced(secret: str) -> str:
+    """`secret` with a space in its middle (a paste gone wrong): refused, and never shown."""
+    return f"{secret[:16]} {secret[16:]}"
 
 
 def problems(env: dict[str, str]) -> tuple[str, ...]:
@@ -219,17 +233,48 @@ def test_a_missing_env_file_is_an_error(tmp_path: Path) -> None:
         ({"APPROVALS_SLACK_PACING": "maybe"}, "APPROVALS_SLACK_PACING: must be true or false"),
         ({"LOG_LEVEL": "loud"}, "LOG_LEVEL: must be one of DEBUG, INFO, WARNING"),
         ({"APPROVALS_API_TOKENS": "one two"}, "APPROVALS_API_TOKENS: token 1 contains spaces"),
-        ({"SLACK_BOT_TOKEN": "xoxp-1-2", "SLACK_SIGNING_SECRET": SIGNING}, "SLACK_BOT_TOKEN: must"),
+        ({"SLACK_BOT_TOKEN": USER_TOKEN, "SLACK_SIGNING_SECRET": SIGNING}, "SLACK_BOT_TOKEN: must"),
         ({"SLACK_BOT_TOKEN": APP, "SLACK_SIGNING_SECRET": SIGNING}, "SLACK_BOT_TOKEN: this is an"),
-        ({"SLACK_BOT_TOKEN": BOT, "SLACK_APP_TOKEN": "xoxa-9"}, "SLACK_APP_TOKEN: must be an"),
+        ({"SLACK_BOT_TOKEN": BOT, "SLACK_APP_TOKEN": USER_TOKEN}, "SLACK_APP_TOKEN: must be an"),
         ({"SLACK_BOT_TOKEN": BOT, "SLACK_APP_TOKEN": BOT}, "SLACK_APP_TOKEN: this is a bot"),
-        ({**HTTP_SLACK, "SLACK_SIGNING_SECRET": "has space"}, "SLACK_SIGNING_SECRET: must not"),
+        ({**HTTP_SLACK, "SLACK_SIGNING_SECRET": spaced(SIGNING)}, "SLACK_SIGNING_SECRET: must not"),
     ],
 )
 def test_each_bad_value_gives_one_line_naming_its_variable(env: dict[str, str], line: str) -> None:
     found = problems(env)
     assert len(found) == 1, found
     assert found[0].startswith(line)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        ("SLACK_BOT_TOKEN", USER_TOKEN, "must be a bot token starting with xoxb-: this is a user"),
+        (
+            "SLACK_BOT_TOKEN",
+            REFRESH_TOKEN,
+            "must be a bot token starting with xoxb-: this is a refresh",
+        ),
+        ("SLACK_BOT_TOKEN", f"Bearer {BOT}", "remove the 'Bearer ' in front of the token"),
+        ("SLACK_BOT_TOKEN", f"'{BOT}'", "remove the quotes around the token"),
+        ("SLACK_BOT_TOKEN", BOT.replace("-", "_"), "must be a bot token starting with xoxb-"),
+        ("SLACK_BOT_TOKEN", "•" * 6 + "(32-63 chars)", "must be a bot token starting with xoxb-"),
+        ("SLACK_APP_TOKEN", ROTATING_BOT_TOKEN, "this is a bot token (xoxb-); put it in"),
+        ("SLACK_APP_TOKEN", f'"{APP}"', "remove the quotes around the token"),
+    ],
+)
+def test_a_wrong_slack_token_says_what_it_is(name: str, value: str, line: str) -> None:
+    env = {"SLACK_BOT_TOKEN": BOT, "SLACK_APP_TOKEN": APP, name: value}
+    found = problems(env)
+    assert len(found) == 1 and found[0].startswith(f"{name}: {line}"), found
+    assert value not in found[0] and BOT not in found[0]
+
+
+@pytest.mark.parametrize("token", [BOT, ROTATING_BOT_TOKEN])
+def test_real_bot_token_shapes_are_taken_as_they_are(token: str) -> None:
+    """Slack's bot tokens: `xoxb-…`, and `xoxe.xoxb-…` when the app has token rotation on."""
+    s = load_settings({"SLACK_BOT_TOKEN": f"  {token}\n", "SLACK_APP_TOKEN": APP})
+    assert s.slack_bot_token is not None and s.slack_bot_token.get_secret_value() == token
 
 
 def test_a_data_dir_that_is_a_file_is_an_error(tmp_path: Path) -> None:
@@ -290,7 +335,7 @@ def test_half_configured_slack_is_reported_beside_other_problems() -> None:
 
 
 def test_no_slack_at_all_is_fine() -> None:
-    s = load_settings({"APPROVALS_API_TOKENS": "tok"})
+    s = load_settings({"APPROVALS_API_TOKENS": API_TOKEN})
     assert s.slack_configured is False
     assert s.socket_mode is False
 
@@ -318,26 +363,38 @@ def test_socket_mode(signing: str | None) -> None:
 SECRETS = {
     **HTTP_SLACK,
     "SLACK_APP_TOKEN": APP,
-    "APPROVALS_API_TOKENS": "apis3kr1tone,apis3kr1ttwo",
-    "APPROVALS_TOKEN": "clients3kr1tvalue",
+    "APPROVALS_API_TOKENS": f"{API_TOKEN},{OTHER_API_TOKEN}",
+    "APPROVALS_TOKEN": THIRD_API_TOKEN,
     "REDIS_URL": "redis://default:rediss3kr1tpw@db:6379/0",
 }
+
+
+def pieces(values: dict[str, str]) -> set[str]:
+    """Every piece of a secret in `values` long enough to tell (the redis URL's aside)."""
+    return {
+        piece
+        for name, value in values.items()
+        if name != "REDIS_URL"
+        for piece in value.replace(",", " ").split()
+        if len(piece) >= 8
+    }
 
 
 def test_secrets_are_not_in_repr_str_or_json() -> None:
     s = load_settings(SECRETS)
     shown = repr(s) + str(s) + s.model_dump_json() + s.redis_url_redacted
     assert "s3kr1t" not in shown
+    assert [p for p in pieces(SECRETS) if p in shown] == []
     assert s.redis_url_redacted == "redis://default:***@db:6379/0"
 
 
 def test_secrets_are_not_in_errors_or_their_tracebacks() -> None:
     bad = {
-        "SLACK_BOT_TOKEN": "xoxp-users3kr1tvalue",
-        "SLACK_APP_TOKEN": "xoxb-bots3kr1tvalue",
-        "SLACK_SIGNING_SECRET": "signing s3kr1t",
-        "APPROVALS_API_TOKENS": "api s3kr1t,other",
-        "APPROVALS_TOKEN": "client s3kr1t",
+        "SLACK_BOT_TOKEN": USER_TOKEN,
+        "SLACK_APP_TOKEN": BOT,
+        "SLACK_SIGNING_SECRET": spaced(SIGNING),
+        "APPROVALS_API_TOKENS": f"{spaced(API_TOKEN)},{OTHER_API_TOKEN}",
+        "APPROVALS_TOKEN": spaced(THIRD_API_TOKEN),
         "REDIS_URL": "http://user:rediss3kr1tpw@db",
     }
     with pytest.raises(SettingsError) as info:
@@ -345,6 +402,7 @@ def test_secrets_are_not_in_errors_or_their_tracebacks() -> None:
     assert len(info.value.problems) == len(bad)
     text = "".join(traceback.format_exception(info.value)) + repr(info.value)
     assert "s3kr1t" not in text
+    assert [p for p in pieces(bad) if p in text] == []
     assert info.value.__cause__ is None
 
 

@@ -17,12 +17,13 @@ import pytest
 from approvals._internal.store.keys import Keys
 from bot.core.shutdown import Drained, unless_draining
 from tests.bot.core.test_serve import forget, free_port, wait_healthy
+from tests.support.credentials import API_TOKEN, BOT_TOKEN
 from tests.support.e2e import SIGNING_SECRET
 from tests.support.slack_emulator import SlackEmulator
 
 REPO = Path(__file__).resolve().parents[3]
 CHANNEL = "C0APPROVALS"
-AUTH = {"Authorization": "Bearer t1"}
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 HOOK_INPUT = {
     "session_id": "s1",
     "hook_event_name": "PreToolUse",
@@ -53,9 +54,9 @@ async def test_sigterm_answers_parked_calls_finishes_the_post_and_exits(
             REDIS_URL=redis_url,
             APPROVALS_PREFIX=prefix,
             PORT=str(port),
-            APPROVALS_API_TOKENS="t1",
+            APPROVALS_API_TOKENS=API_TOKEN,
             APPROVALS_DEFAULT_CHANNEL=CHANNEL,
-            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_BOT_TOKEN=BOT_TOKEN,
             SLACK_SIGNING_SECRET=SIGNING_SECRET,
             SLACK_API_URL=slack.api_url,
             APPROVALS_SHUTDOWN_GRACE="8",

@@ -27,8 +27,9 @@ from bot.http.api import PARKING, add_routes, error_middleware
 from bot.http.principals import derived_name
 from bot.http.schemas import ApprovalObject
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN, UNKNOWN_API_TOKEN
 
-AUTH = {"Authorization": "Bearer test-token"}
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 async def make_client(ctx: BotContext) -> TestClient[web.Request, web.Application]:
@@ -83,7 +84,7 @@ async def test_missing_token_is_401(client: Client) -> None:
 
 
 async def test_wrong_token_is_403_on_every_protected_route(client: Client) -> None:
-    bad = {"Authorization": "Bearer nope"}
+    bad = {"Authorization": f"Bearer {UNKNOWN_API_TOKEN}"}
     for method, path in [
         ("POST", "/v1/approvals"),
         ("GET", "/v1/approvals/x"),
@@ -103,10 +104,12 @@ async def test_wrong_token_is_403_on_every_protected_route(client: Client) -> No
 
 
 async def test_any_configured_token_is_accepted(ctx: BotContext) -> None:
-    ctx.api_tokens = ("first", "second")
+    ctx.api_tokens = (API_TOKEN, OTHER_API_TOKEN)
     c = await make_client(ctx)
     try:
-        resp = await c.get("/v1/approvals/unknown", headers={"Authorization": "Bearer second"})
+        resp = await c.get(
+            "/v1/approvals/unknown", headers={"Authorization": f"Bearer {OTHER_API_TOKEN}"}
+        )
         assert (await error_of(resp, 404))["code"] == "not_found"
     finally:
         await c.close()
@@ -119,7 +122,7 @@ async def test_no_tokens_configured_disables_the_api(ctx: BotContext) -> None:
         resp = await c.post(
             "/v1/approvals",
             json={"tool_name": "x", "arguments": {}},
-            headers={"Authorization": "Bearer anything"},
+            headers={"Authorization": f"Bearer {UNKNOWN_API_TOKEN}"},
         )
         error = await error_of(resp, 503)
         assert error["code"] == "api_disabled"
@@ -299,7 +302,7 @@ async def test_cancel_pending_then_cancel_again_is_409(client: Client) -> None:
     assert (body["status"], body["reason"], body["decided_by"]) == (
         "cancelled",
         "agent restarted",
-        derived_name("test-token"),
+        derived_name(API_TOKEN),
     )
     resp = await client.post(f"/v1/approvals/{made['id']}/cancel", headers=AUTH)
     error = await error_of(resp, 409)
@@ -320,11 +323,11 @@ async def test_cancelling_a_decided_request_is_409(ctx: BotContext, client: Clie
 async def test_cancel_a_call_id_withdraws_only_the_tokens_own_request(ctx: BotContext) -> None:
     """`POST /v1/calls/cancel`: for a create cut off in flight (its id never came back). A
     token finds only its own principal's call ids; another's is as unknown: nothing."""
-    ctx.api_tokens = ("first", "second")
+    ctx.api_tokens = (API_TOKEN, OTHER_API_TOKEN)
     c = await make_client(ctx)
     try:
-        first = {"Authorization": "Bearer first"}
-        second = {"Authorization": "Bearer second"}
+        first = {"Authorization": f"Bearer {API_TOKEN}"}
+        second = {"Authorization": f"Bearer {OTHER_API_TOKEN}"}
         body = {"tool_name": "deploy", "arguments": {}, "call_id": "c-7"}
         made = await (await c.post("/v1/approvals", json=body, headers=first)).json()
         resp = await c.post("/v1/calls/cancel", json={"call_id": "c-7"}, headers=second)
@@ -339,7 +342,7 @@ async def test_cancel_a_call_id_withdraws_only_the_tokens_own_request(ctx: BotCo
             "cancelled",
             "cut off",
         )
-        assert found["decided_by"] == derived_name("first")
+        assert found["decided_by"] == derived_name(API_TOKEN)
         resp = await c.post("/v1/calls/cancel", json={"call_id": ""}, headers=first)
         assert (await error_of(resp, 422))["code"] == "invalid_request"
         resp = await c.post("/v1/calls/cancel", json={"call_id": "c-7"})
@@ -542,7 +545,7 @@ async def test_codex_hook_endpoint_answers_in_codex_words(ctx: BotContext, clien
             "decision": {"behavior": "deny", "message": "Denied by <@U2>: not now"},
         }
     }
-    bad = {"Authorization": "Bearer nope"}
+    bad = {"Authorization": f"Bearer {UNKNOWN_API_TOKEN}"}
     resp = await client.post("/hooks/codex", json=hook_body(), headers=bad)
     out = (await resp.json())["hookSpecificOutput"]
     assert resp.status == 200 and out["permissionDecision"] == "deny"
@@ -766,7 +769,7 @@ async def _parked_ctx(redis_url: str, keys: Keys, name: str) -> BotContext:
         store=store,
         service=ApprovalService(store, default_policy("C0APPROVALS")),
         waiter=waiter,
-        api_tokens=("test-token",),
+        api_tokens=(API_TOKEN,),
     )
 
 
@@ -789,7 +792,7 @@ async def test_parked_long_polls_hold_no_redis_connection_of_their_own(
     unlimited = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     polls: dict[str, asyncio.Task[Any]] = {}
     try:
-        principal = derived_name("test-token")
+        principal = derived_name(API_TOKEN)
         creator = ApprovalService(ApprovalStore(redis, keys), ctx.service.policy)
         created = await asyncio.gather(
             *(

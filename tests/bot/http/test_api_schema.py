@@ -38,8 +38,9 @@ from bot.core.context import BotContext
 from bot.http.api import add_routes, error_middleware
 from bot.http.schemas import openapi_document
 from tests.support import delete_prefix
+from tests.support.credentials import API_TOKEN
 
-TOKEN = "schema-test-token"
+TOKEN = API_TOKEN
 
 
 class LiveServer:

@@ -29,10 +29,11 @@ from bot.http.api import PARKING, add_routes, error_middleware
 from bot.http.parked import Parking
 from bot.http.principals import derived_name
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import bot_config
 from tests.support.redis_proxy import RedisProxy
 
-TOKEN = "test-token"
+TOKEN = API_TOKEN
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {
     "asyncio": None,

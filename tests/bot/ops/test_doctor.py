@@ -17,6 +17,14 @@ from bot.core.settings import load_settings
 from bot.ops import doctor as doctor_module
 from bot.ops.doctor import MANIFEST_SCOPES, Check, Doctor
 from bot.ops.embedded_redis import EmbeddedRedis, free_port, start
+from tests.support.credentials import (
+    API_TOKEN,
+    APP_TOKEN,
+    BOT_TOKEN,
+    OTHER_APP_TOKEN,
+    OTHER_BOT_TOKEN,
+    OTHER_SIGNING_SECRET,
+)
 from tests.support.e2e import SIGNING_SECRET, BotFactory
 from tests.support.slack_emulator import SlackEmulator
 
@@ -62,12 +70,12 @@ async def emulator() -> AsyncIterator[SlackEmulator]:
 
 def env(slack: SlackEmulator, redis_url: str, **more: str) -> dict[str, str]:
     return {
-        "SLACK_BOT_TOKEN": "xoxb-test",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack.api_url,
         "REDIS_URL": redis_url,
         "APPROVALS_DEFAULT_CHANNEL": CHANNEL,
-        "APPROVALS_API_TOKENS": "ci:test-token",
+        "APPROVALS_API_TOKENS": f"ci:{API_TOKEN}",
         "HOME": "/nonexistent",
         **more,
     }
@@ -120,7 +128,7 @@ async def test_the_cli_prints_json_and_exits_0_only_without_errors(
     status, body = await run(env(emulator, good_redis))
     assert status == 0 and body["ok"] is True
     assert all({"name", "level", "message", "fix"} <= set(c) for c in body["checks"])
-    status, body = await run(env(emulator, good_redis, SLACK_BOT_TOKEN="xoxb-revoked"))
+    status, body = await run(env(emulator, good_redis, SLACK_BOT_TOKEN=OTHER_BOT_TOKEN))
     assert status == 1 and body["ok"] is False
     (auth,) = [c for c in body["checks"] if c["name"] == "slack.auth"]
     assert auth["level"] == "error" and "invalid_auth" in auth["message"] and auth["fix"]
@@ -192,9 +200,9 @@ async def test_user_groups_resolve_or_not(
 async def test_the_socket_mode_app_token(
     emulator: SlackEmulator, good_redis: str, tmp_path: Path
 ) -> None:
-    found = await diagnose(env(emulator, good_redis, SLACK_APP_TOKEN="xapp-test"), tmp_path)
+    found = await diagnose(env(emulator, good_redis, SLACK_APP_TOKEN=APP_TOKEN), tmp_path)
     assert found["slack.socket-mode"].level == "ok"
-    found = await diagnose(env(emulator, good_redis, SLACK_APP_TOKEN="xapp-wrong"), tmp_path)
+    found = await diagnose(env(emulator, good_redis, SLACK_APP_TOKEN=OTHER_APP_TOKEN), tmp_path)
     assert found["slack.socket-mode"].level == "error"
     assert "invalid_auth" in found["slack.socket-mode"].message
     assert "connections:write" in found["slack.socket-mode"].fix
@@ -216,7 +224,7 @@ async def test_the_http_mode_request_url(
     url = f"http://127.0.0.1:{bot.port}/slack/events"
     found = await diagnose(env(emulator, good_redis), tmp_path, request_url=url)
     assert found["slack.request-url"].level == "ok", found["slack.request-url"]
-    wrong = env(emulator, good_redis, SLACK_SIGNING_SECRET="not-the-apps-secret")
+    wrong = env(emulator, good_redis, SLACK_SIGNING_SECRET=OTHER_SIGNING_SECRET)
     found = await diagnose(wrong, tmp_path, request_url=url)
     assert found["slack.request-url"].level == "error"
     assert "SLACK_SIGNING_SECRET" in found["slack.request-url"].fix

@@ -12,10 +12,11 @@ from approvals.models import ApprovalEvent
 from bot.core.app import Bot
 from bot.ops.metrics import OTHER, LabelCap, Metrics
 from bot.slack import action_ids as ids
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import BotFactory, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-API = {"Authorization": "Bearer test-token"}
+API = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 async def scrape(bot: Bot) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

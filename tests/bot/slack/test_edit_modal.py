@@ -21,8 +21,9 @@ from bot.slack.render.edit_form import (
     edit_text,
     read_edit,
 )
+from tests.support.credentials import OTHER_BOT_TOKEN
 
-TOKEN = "xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx"
+TOKEN = OTHER_BOT_TOKEN  # a bot token, in an argument
 
 
 def request(arguments: dict[str, Any], **config: Any) -> ApprovalRequest:

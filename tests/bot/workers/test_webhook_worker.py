@@ -9,6 +9,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -36,6 +37,7 @@ from bot.workers.webhooks import (
     backoff,
     retry_after_seconds,
 )
+from tests.support.credentials import API_TOKEN, APP_TOKEN, BOT_TOKEN, OTHER_API_TOKEN
 from tests.support.webhook_receiver import Reply, WebhookReceiver
 
 FAST = WebhookOptions(
@@ -226,6 +228,24 @@ async def test_webhook_is_signed_per_standard_webhooks_and_carries_the_approval(
         assert delivery.last_status == 200
 
 
+async def test_the_signature_goes_as_computed_beside_secrets_in_the_approval(
+    ctx: BotContext, start_worker: Start
+) -> None:
+    """DESIGN.md: mask content, never credentials. The webhook's credential (its Standard
+    Webhooks signature, made with the principal's whsec_ secret) reaches the receiver exactly
+    as computed, though the approval it signs carries secrets of shapes the masker hides."""
+    async with WebhookReceiver() as receiver:
+        await start_worker()
+        request = await ask(ctx, receiver.url, note=f"bot {BOT_TOKEN} app {APP_TOKEN}")
+        await approve(ctx, request)
+        (got,) = await receiver.wait_for(1)
+    secret = await WebhookSecrets(ctx.redis, ctx.keys).current(DEFAULT_PRINCIPAL)
+    at = datetime.fromtimestamp(int(got.headers["webhook-timestamp"]), UTC)
+    signed = Webhook(secret).sign(got.headers["webhook-id"], at, got.body.decode())
+    assert got.headers["webhook-signature"] == signed and signed.startswith("v1,")
+    Webhook(secret).verify(got.body, got.headers)
+
+
 async def test_rotation_signs_with_both_secrets_for_the_grace_period(
     ctx: BotContext, start_worker: Start
 ) -> None:
@@ -249,12 +269,12 @@ async def test_rotation_signs_with_both_secrets_for_the_grace_period(
 async def test_each_principal_signs_with_its_own_secret(
     ctx: BotContext, api_url: str, start_worker: Start
 ) -> None:
-    ctx.api_tokens = ("ci-agent:tok-ci", "ops-agent:tok-ops")
+    ctx.api_tokens = (f"ci-agent:{API_TOKEN}", f"ops-agent:{OTHER_API_TOKEN}")
     secrets = WebhookSecrets(ctx.redis, ctx.keys)
     async with WebhookReceiver() as receiver:
         await start_worker()
         ids = {}
-        for name, token in (("ci-agent", "tok-ci"), ("ops-agent", "tok-ops")):
+        for name, token in (("ci-agent", API_TOKEN), ("ops-agent", OTHER_API_TOKEN)):
             headers = {"Authorization": f"Bearer {token}"}
             body = {"tool_name": "deploy", "arguments": {}, "callback": {"url": receiver.url}}
             async with aiohttp.ClientSession(headers=headers) as http:
@@ -505,7 +525,7 @@ async def test_redirects_are_not_followed(ctx: BotContext, start_worker: Start) 
 async def test_api_takes_a_callback_and_refuses_a_host_not_allowed(
     ctx: BotContext, api_url: str, start_worker: Start
 ) -> None:
-    headers = {"Authorization": "Bearer test-token"}
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
     body: dict[str, Any] = {"tool_name": "deploy", "arguments": {"env": "prod"}}
     async with aiohttp.ClientSession(headers=headers) as http, WebhookReceiver() as receiver:
         await start_worker()
