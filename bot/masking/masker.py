@@ -23,6 +23,7 @@ in the approval record; a token posted to a channel cannot be taken back.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -136,24 +137,25 @@ def _literals(hide: Iterable[str]) -> list[str]:
 
 
 def _outside(spans: list[tuple[int, int]], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`spans` minus the parts that are masks already (whatever is left still gets masked)."""
+    """`spans` minus the parts that are masks already (whatever is left still gets masked).
+    `kept` is sorted and its parts do not overlap (matches of one pattern): after merging
+    `spans`, each part of `kept` is passed over at most once per span it overlaps, and the
+    merged spans do not overlap, so this runs in O((spans + kept) log kept)."""
     if not kept:
         return spans
+    ends = [k_end for _, k_end in kept]
     out: list[tuple[int, int]] = []
-    for start, end in spans:
-        pieces = [(start, end)]
-        for k_start, k_end in kept:
-            next_pieces = []
-            for s, e in pieces:
-                if k_end <= s or k_start >= e:
-                    next_pieces.append((s, e))
-                    continue
-                if s < k_start:
-                    next_pieces.append((s, k_start))
-                if k_end < e:
-                    next_pieces.append((k_end, e))
-            pieces = next_pieces
-        out += pieces
+    for start, end in _merge(spans):
+        i = bisect.bisect_right(ends, start)  # the first kept part ending after `start`
+        s = start
+        while i < len(kept) and kept[i][0] < end:
+            k_start, k_end = kept[i]
+            if s < k_start:
+                out.append((s, k_start))
+            s = max(s, k_end)
+            i += 1
+        if s < end:
+            out.append((s, end))
     return out
 
 
@@ -254,19 +256,33 @@ def _spread_secrets(items: list[Any]) -> list[int]:
         return []
     spread: set[int] = set()
     for joint, rules in (("\n", RULES), ("", _UNCUT_RULES)):
-        starts, at = [], 0
+        starts, stops, at = [], [], 0
         for _, text in texts:
             starts.append(at)
             at += len(text) + len(joint)
-        for start, end, _ in find(joint.join(text for _, text in texts), rules):
-            touched = [
-                i
-                for (i, text), s in zip(texts, starts, strict=True)
-                if s < end and start < s + len(text) + len(joint)
-            ]
-            if len(touched) > 1:
-                spread.update(touched)
+            stops.append(at)  # an item's text and the joint after it
+        found = sorted(
+            (start, end) for start, end, _ in find(joint.join(t for _, t in texts), rules)
+        )
+        for start, end in _overlapping(found):
+            # The items the span touches: one bisection, then each item once (the spans
+            # no longer overlap), so the whole is O((spans + items) log items).
+            first = bisect.bisect_right(stops, start)
+            last = bisect.bisect_left(starts, end)
+            if last - first > 1:
+                spread.update(texts[k][0] for k in range(first, last))
     return sorted(spread)
+
+
+def _overlapping(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted `spans` with those that overlap (not those that only touch) made one."""
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _map_keys(masked_items: dict[Any, Any]) -> dict[str, Any]:

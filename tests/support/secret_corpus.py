@@ -450,3 +450,72 @@ def leaked_piece(shown: str, secret: str) -> str | None:
         if value[i : i + PIECE] in out:
             return value[i : i + PIECE]
     return None
+
+
+# ---------------------------------------------------------------- hostile texts (speed)
+
+
+def _repeat(unit: str, n: int, head: str = "") -> str:
+    """`head`, then `unit` repeated, cut to `n` characters."""
+    body = unit * (max(n - len(head), 0) // len(unit) + 1)
+    return (head + body)[:n]
+
+
+#: Texts of `n` characters built to make a slow pattern slow: long runs of each character
+#: class the rules read, and each rule's own opening repeated (each of which a quadratic
+#: pattern would scan to the end of the text from). `bench/bench_masking.py` times every
+#: rule on each; `tests/bot/masking/test_rule_speed.py` feeds each rule its worst at 2 MiB.
+HOSTILE_TEXTS: dict[str, Any] = {
+    **{f"run {c!r}": (lambda n, c=c: c * n) for c in "aA1-:=/@._\"'<% \n\t+"},
+    "url: one scheme, no @": lambda n: _repeat("a", n, "http://a:"),
+    "url: schemes": lambda n: _repeat("a://", n),
+    "url: schemes with users": lambda n: _repeat("a://a:", n),
+    "url: @ after @": lambda n: _repeat("@", n, "http://a:b"),
+    "url: schemes with @": lambda n: _repeat("a://a:@_", n),
+    "key: a=a=": lambda n: _repeat("a=", n),
+    "key: a:a:": lambda n: _repeat("a:", n),
+    "key: quoted": lambda n: _repeat('"a": ', n),
+    "key: secret, open quote": lambda n: _repeat("\\a", n, 'password="'),
+    "key: secret, long value": lambda n: _repeat("a", n, "password="),
+    "key: spaces": lambda n: _repeat(" ", n, "a"),
+    "xml: open tags": lambda n: _repeat("<a>", n),
+    "xml: unclosed": lambda n: _repeat("b", n, "<password>"),
+    "flag: --a": lambda n: _repeat("--a ", n),
+    "flag: --a=x": lambda n: _repeat("--a=x", n),
+    "flag: -a": lambda n: _repeat("-a", n),
+    "cli: mysql": lambda n: _repeat("mysql ", n),
+    "cli: mysql -p": lambda n: _repeat("mysql -p", n),
+    "cli: mysql dashes": lambda n: _repeat("-mysql", n),
+    "cli: docker login": lambda n: _repeat("docker login ", n),
+    "cli: redis-cli": lambda n: _repeat("redis-cli ", n),
+    "cli: curl": lambda n: _repeat("curl ", n),
+    "cli: curl -u": lambda n: _repeat("curl -u a", n),
+    "cli: -pass pass:": lambda n: _repeat("-pass pass:", n),
+    "cli: -U": lambda n: _repeat("-U a", n),
+    "pem: BEGIN": lambda n: _repeat("-----BEGIN PRIVATE KEY-----", n),
+    "pem: BEGIN, no key": lambda n: _repeat("A", n, "-----BEGIN "),
+    "auth: authorization:": lambda n: _repeat("authorization: ", n),
+    "auth: spaces": lambda n: _repeat(" ", n, "authorization:"),
+    "auth: letters": lambda n: _repeat("a", n, "authorization: "),
+    "auth: cookie": lambda n: _repeat("cookie: ", n),
+    "auth: bearer": lambda n: _repeat("bearer ", n),
+    "auth: Basic": lambda n: _repeat("A", n, "Basic "),
+    "word: password": lambda n: _repeat("password ", n),
+    "word: password is": lambda n: _repeat("password is ", n),
+    "jwt: eyJ.eyJ.": lambda n: _repeat("eyJaaaaa.eyJaaaaa.", n),
+    "jwt: eyJ-": lambda n: _repeat("eyJaa-", n),
+    "jwt: no dot": lambda n: _repeat("a", n, "eyJ"),
+    "token: mixed 40": lambda n: _repeat("aB1" * 20 + " ", n),
+    "token: ghp_": lambda n: _repeat("ghp_", n),
+    "token: sk-a-": lambda n: _repeat("sk-a-", n),
+    "token: digits:": lambda n: _repeat("1" * 9 + ":", n),
+    "token: M run": lambda n: _repeat("a", n, "M"),
+    "token: a.": lambda n: _repeat("a.", n),
+    "token: atlasv1": lambda n: _repeat("a" * 14 + ".atlasv", n),
+    "token: -us": lambda n: _repeat("a" * 32 + "-us", n),
+    "webhook: teams": lambda n: _repeat("https://a.webhook.office.com/", n),
+    "webhook: dots": lambda n: _repeat("a.", n, "https://"),
+    "webhook: slack": lambda n: _repeat("https://hooks.slack.com/services/", n),
+    "webhook: discord digits": lambda n: _repeat("1", n, "https://discord.com/api/webhooks/"),
+    "words": lambda n: _repeat("a ", n),
+}
