@@ -80,7 +80,8 @@ CACHE_MAX_LEN = 4096
 def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     """`text` with every secret the rules find masked, and each of `hide` (values known to be
     secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
-    text (NFKC, zero-width characters removed); everything not masked is kept as it was.
+    text (NFKC, zero-width characters removed); everything not masked is kept as it was,
+    but bidi controls (`strip_bidi`).
 
     A pure function of (`text`, `hide`): answers for short texts come from a bounded cache
     (`CACHE_SIZE`), which holds only what this process already holds (the requests it
@@ -91,7 +92,23 @@ def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     return _mask_text_cached(text, hidden)
 
 
+#: Bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): in Slack text they
+#: would make `exe.txt` of `txt.exe`, a tool name read backwards. Every string `mask_text`
+#: gives back (so every agent-given string a renderer draws, and every payload `outbound`
+#: sends) is without them.
+_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def strip_bidi(text: str) -> str:
+    """`text` without bidi embeddings, overrides and isolates (`_BIDI`)."""
+    return text if text.isascii() else text.translate(_BIDI)
+
+
 def _mask_text(text: str, hide: tuple[str, ...]) -> str:
+    return strip_bidi(_mask_spans(text, hide))
+
+
+def _mask_spans(text: str, hide: tuple[str, ...]) -> str:
     norm, where = normalise(text)
     spans = [(start, end) for start, end, _ in find(norm)]
     for literal in _literals(hide):

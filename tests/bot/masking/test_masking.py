@@ -23,6 +23,7 @@ from bot.masking.masker import (
     mask_text,
     mask_value,
     masked,
+    outbound,
     secret_values,
 )
 from bot.masking.rules import RULES, find, normalise
@@ -293,3 +294,34 @@ def test_property_hint_index_runs_the_rules_each_rule_would(text: str) -> None:
     as asking each rule for its own hints (the rules passed as a copy take that path)."""
     norm = normalise(text)[0]
     assert find(norm) == find(norm, tuple(list(RULES)))
+
+
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_bidi_controls_never_reach_slack() -> None:
+    """A tool name such as `deploy\u202etxt.exe` reads backwards in Slack: every string an
+    agent gives is drawn without bidi embeddings, overrides and isolates."""
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+    from bot.slack.render import request_message as blocks
+
+    assert mask_text(f"run{BIDI} exe.txt") == "run exe.txt"
+    assert outbound({"text": "a\u202eb", "blocks": [{"text": "\u2066c\u2069"}]}) == {
+        "text": "ab",
+        "blocks": [{"text": "c"}],
+    }
+    request = ApprovalRequest(
+        event=ApprovalEvent(
+            tool_name="deploy\u202etxt.exe",
+            arguments={"k\u202e": "v\u2067alue", "list": ["\u202dx"]},
+            agent="agent\u202e",
+            session_id="s\u2068",
+            command="ls \u202e-la",
+        ),
+        config=ApprovalConfig(prompt="ok\u202e?"),
+        channel="C1",
+    )
+    for message in (blocks.request_message(request), blocks.decided_message(request)):
+        text = json.dumps(message, ensure_ascii=False)
+        assert not any(c in text for c in BIDI), text
+        assert "deploytxt.exe" in text
