@@ -267,7 +267,8 @@ _UNCUT_RULES = tuple(r for r in RULES if r.name == "pem_private_key")
 def _spread_secrets(items: list[Any]) -> list[int]:
     """Indices of the string items a secret spreads over: read one after the other, joined by
     a line break (a PEM key one line per item; every rule) and joined as they are (a private
-    key cut anywhere, its header line included: `_UNCUT_RULES`)."""
+    key cut anywhere, its header line included: `_UNCUT_RULES`); and the items that hold a
+    secret only the item before them tells (`--password`, then the password)."""
     texts = [(i, normalise(v)[0]) for i, v in enumerate(items) if isinstance(v, str)]
     if len(texts) < 2:
         return []
@@ -288,7 +289,16 @@ def _spread_secrets(items: list[Any]) -> list[int]:
             last = bisect.bisect_left(starts, end)
             if last - first > 1:
                 spread.update(texts[k][0] for k in range(first, last))
+            elif last - first == 1 and not _found_alone(texts[first][1], start - starts[first]):
+                # A secret within one item, told by the item before it: an argv list's
+                # `["mysql", "--password", PW]`. The item alone shows nothing: hide it whole.
+                spread.add(texts[first][0])
     return sorted(spread)
+
+
+def _found_alone(text: str, at: int) -> bool:
+    """Whether the rules find a secret at `at` in `text` read on its own."""
+    return any(start <= at < end for start, end, _ in find(text))
 
 
 def _overlapping(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -75,7 +75,7 @@ def _secretish(value: str) -> bool:
     return has_digit or has_symbol or has_inner_upper
 
 
-_B = r"(?<![A-Za-z0-9_])"  # no identifier character before
+_B = r"(?<![A-Za-z0-9])"  # no letter or digit before (`_` may glue a token on: `deploy_ghp_…`)
 _E = r"(?![A-Za-z0-9_])"  # no identifier character after
 
 
@@ -214,6 +214,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _token("google_api_key", r"AIza[0-9A-Za-z_\-]{35}"),
     _token("google_oauth", r"GOCSPX-[A-Za-z0-9_\-]{20,}", r"ya29\.[A-Za-z0-9_\-.]{20,}"),
+    _token("google_oauth", r"1//0[A-Za-z0-9_\-]{30,}", hints=("1//0",)),  # a refresh token
     Rule("azure_storage_key", re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{86}=="), _mixed),
     _token("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}"),
     _token(
@@ -375,10 +376,21 @@ RULES: tuple[Rule, ...] = (
         "cli_password",
         re.compile(
             r"\b(?:mysql\w*|mariadb\w*|mongo(?:sh|dump|restore)?|sshpass|(?:docker|podman|helm)\s+"
-            r"(?:registry\s+)?login)\b"
+            r"(?:registry\s+)?login|az\s+login)\b"
         ),
         hints=("mysql", "mariadb", "mongo", "sshpass", "login"),
         tail=re.compile(r"[^\n;|&]*?\s-p[ \t]*(?P<secret>[^\s\-][^\s;|&]*)"),
+        skip=_COMMAND_REST,
+    ),
+    # `htpasswd -b[c…] FILE USER PASSWORD`, `htpasswd -nb USER PASSWORD`
+    Rule(
+        "cli_password",
+        re.compile(r"\bhtpasswd\b"),
+        hints=("htpasswd",),
+        tail=re.compile(
+            r"[^\n;|&]*?\s-(?:(?=[A-Za-z]*n)(?=[A-Za-z]*b)[A-Za-z]+\s+[^\s;|&]+"
+            r"|(?=[A-Za-z]*b)[A-Za-z]+\s+[^\s;|&]+\s+[^\s;|&]+)\s+(?P<secret>[^\s;|&]+)"
+        ),
         skip=_COMMAND_REST,
     ),
     Rule(

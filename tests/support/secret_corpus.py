@@ -419,6 +419,32 @@ fake("secret_word", "the token is {s}", password(20))
 near("secret_word", "the password is too short; reset the token for bob and the api key rotation")
 near("secret_word", "🔴 secret (values hidden); token (see vault); password [redacted]")
 
+# ---------------------------------------------------------------- seen reaching Slack (issue 31)
+
+# An argv list: the password is the item after `--password` (read joined, one per line).
+argv_pw = password(16)
+argv = ["mysql", "-h", "db.internal", "-u", "root", "--password", argv_pw, "shop"]
+FAKES.append(Fake("cli_password", " ".join(argv), argv_pw, value=argv))
+fake("cli_password", "az login -u ops@example.com -p {s} --tenant contoso", password(18))
+fake("cli_password", "az login --service-principal -u http://app -p {s}", password(20))
+fake("cli_password", "htpasswd -b /etc/nginx/.htpasswd admin {s}", password(14))
+fake("cli_password", "htpasswd -bc /etc/apache2/.htpasswd deploy {s}", password(14))
+fake("cli_password", "htpasswd -nb admin {s} > creds", password(14))
+near("cli_password", "htpasswd -D /etc/nginx/.htpasswd admin && az login --identity")
+near("cli_password", "mysql -h db.internal -u root shop --password")
+# A Google OAuth refresh token (`1//0` and 60-100 URL-safe characters).
+fake("google_oauth", "GOOGLE_REFRESH {s}", "1//0" + rand(URLSAFE, 99))
+fake("google_oauth", "creds.refresh(token='{s}')", "1//0" + rand(URLSAFE, 60))
+near("google_oauth", "print(1//0) raises ZeroDivisionError; so does 1//0x1F")
+# A token glued into a tool name with `_` (the tool name reaches Slack and the logs).
+fake("github_token", "deploy_{s}", "ghp_" + rand(ALNUM, 36))
+fake(
+    "slack_token",
+    "notify_{s}",
+    "xoxb-" + rand(DIGITS, 12) + "-" + rand(DIGITS, 13) + "-" + rand(ALNUM, 24),
+)
+near("github_token", "deploy_gh_pages and run_ghp_import")
+
 # ---------------------------------------------------------------- evasions
 
 gh = "ghp_" + rand(ALNUM, 36)
