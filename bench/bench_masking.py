@@ -13,6 +13,10 @@
   text of the corpus (`tests/support/secret_corpus.py` `HOSTILE_TEXTS`) at 80 KB picks the slowest
   for the rule, which is then timed at 1 MiB and 2 MiB, each in a child process stopped after
   `--limit` seconds (a quadratic pattern would take hours).
+- `--loop-lag`: the event loop's longest stall (a 1 ms ticker's worst lateness) while a
+  request with one 100 KB hostile argument is drawn as the dispatcher draws it for its post
+  (`bot.slack.delivery.dispatcher._drawn`: on a worker thread when large, where it exists),
+  then for its update and an App Home view (on the loop, as they are).
 - If `detect-secrets` is importable (`pip install detect-secrets` or `bc-detect-secrets`;
   it is not a dependency), its regex plugins and its entropy plugins on the same corpus:
   how many fakes it finds, how many near misses it flags, and its time per line.
@@ -146,6 +150,59 @@ def _row_sizes(row: dict[str, Any], sizes: tuple[int, ...], limit: float) -> str
     return " ".join(f"{_seconds(row[f'{size >> 20}MiB_s'], limit):>9}" for size in sizes)
 
 
+LAG_ARGUMENTS = {
+    "http://a:aaaa… (issue 31)": lambda n: "http://a:" + "a" * n,
+    "authorization: … (the slowest after)": lambda n: ("authorization: " * (n // 15 + 1))[:n],
+}
+
+
+def loop_lag(size: int = 100_000) -> dict[str, float]:
+    """Seconds of the loop's longest stall while each hostile request is drawn three times."""
+    import asyncio
+    import importlib
+
+    from bot.masking import masker
+
+    dispatcher = importlib.import_module("bot.slack.delivery.dispatcher")
+    drawn = getattr(dispatcher, "_drawn", None)
+    out: dict[str, float] = {}
+    for label, make in LAG_ARGUMENTS.items():
+        masker.clear_cache()
+        request = ApprovalRequest(
+            event=ApprovalEvent(tool_name="deploy", arguments={"url": make(size)}),
+            config=ApprovalConfig(),
+            channel="C1",
+        )
+
+        async def run(request: ApprovalRequest) -> float:
+            worst, done = 0.0, False
+
+            async def tick() -> None:
+                nonlocal worst
+                while not done:
+                    start = time.perf_counter()
+                    await asyncio.sleep(0.001)
+                    worst = max(worst, time.perf_counter() - start - 0.001)
+
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.05)
+            if drawn is not None:
+                await drawn(request)  # the post
+            else:
+                blocks.request_message(request)
+            await asyncio.sleep(0.01)
+            blocks.request_message(request)  # an App Home view, a reminder
+            await asyncio.sleep(0.01)
+            blocks.decided_message(request)  # the update
+            await asyncio.sleep(0.05)
+            done = True
+            await ticker
+            return worst
+
+        out[label] = asyncio.run(run(request))
+    return out
+
+
 def detector() -> dict[str, Any] | None:
     try:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -189,11 +246,18 @@ def main() -> None:
         "--rules", action="store_true", help="time each rule on its worst case (minutes)"
     )
     parser.add_argument("--limit", type=float, default=60.0, help="seconds per timed case")
+    parser.add_argument(
+        "--loop-lag", action="store_true", help="the event loop's stall drawing a 100 KB argument"
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"fakes": len(FAKES), "near_misses": len(NEAR_MISSES)}
     if args.rules:
         print("each rule on its worst hostile text: 80 KB, 1 MiB, 2 MiB")
         figures["rules"] = rules(args.limit)
+    if args.loop_lag:
+        figures["loop_lag_s"] = loop_lag()
+        for label, seconds in figures["loop_lag_s"].items():
+            print(f"event loop's longest stall, a 100 KB argument {label}: {seconds * 1000:.1f} ms")
     figures["ours"] = ours(args.repeat)
     missed = sum(1 for f in FAKES if f.value is None and f.secret in mask_text(f.text))
     flagged = sum(1 for n in NEAR_MISSES if mask_text(n.text) != n.text)

@@ -27,7 +27,9 @@ import bisect
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bot.masking.rules import RULES, find, is_secret_name, normalise
@@ -77,6 +79,68 @@ CACHE_SIZE = 4096
 CACHE_MAX_LEN = 4096
 
 
+#: Large texts' answers are kept too, up to this many characters of texts in all: a large
+#: request is masked once (its post, update, reminders and App Home view ask again).
+LARGE_CACHE_CHARS = 16 * 1024 * 1024
+#: A request whose texts hold more characters than this is drawn off the event loop
+#: (`payload_chars`; `bot.slack.delivery.dispatcher`).
+LARGE_REQUEST_CHARS = 32 * 1024
+
+
+class _LargeCache:
+    """Answers for large texts, least recently used first out, bounded by the characters of
+    their keys (`LARGE_CACHE_CHARS`). Safe from several threads (one lock)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key][0]
+        value = make()
+        size = payload_chars(key)
+        if size > self.budget:
+            return value
+        with self.lock:
+            if key not in self.items:
+                self.items[key] = (value, size)
+                self.used += size
+            while self.used > self.budget:
+                _, (_, dropped) = self.items.popitem(last=False)
+                self.used -= dropped
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.used = 0
+
+
+_LARGE = _LargeCache(LARGE_CACHE_CHARS)
+
+
+def payload_chars(value: Any) -> int:
+    """Characters of the strings in `value` (dicts' keys and values, lists, tuples): what
+    masking it reads. No regular expression: a walk."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
 def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     """`text` with every secret the rules find masked, and each of `hide` (values known to be
     secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
@@ -88,7 +152,8 @@ def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     renders) and is never shared."""
     hidden = hide if isinstance(hide, tuple) else tuple(hide)
     if len(text) > CACHE_MAX_LEN or sum(map(len, hidden)) > CACHE_MAX_LEN:
-        return _mask_text(text, hidden)
+        answer: str = _LARGE.get(("text", text, hidden), lambda: _mask_text(text, hidden))
+        return answer
     return _mask_text_cached(text, hidden)
 
 
@@ -140,6 +205,7 @@ def clear_cache() -> None:
     """Forget every cached answer (benchmarks measure masking afresh with it)."""
     _mask_text_cached.cache_clear()
     _spread_texts_cached.cache_clear()
+    _LARGE.clear()
     is_secret_name.cache_clear()
 
 
@@ -247,7 +313,9 @@ def spread_values(arguments: Mapping[str, Any]) -> frozenset[str]:
     if len(texts) < 2:
         return frozenset()
     if sum(map(len, texts)) > CACHE_MAX_LEN:
-        return _spread_texts(tuple(texts))
+        key = tuple(texts)
+        spread: frozenset[str] = _LARGE.get(("spread", key), lambda: _spread_texts(key))
+        return spread
     return _spread_texts_cached(tuple(texts))
 
 

@@ -325,3 +325,34 @@ def test_bidi_controls_never_reach_slack() -> None:
         text = json.dumps(message, ensure_ascii=False)
         assert not any(c in text for c in BIDI), text
         assert "deploytxt.exe" in text
+
+
+def test_a_large_request_is_masked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its post, update, reminders and App Home draw it again: the rules read a large text
+    once (`_LargeCache`), not once per drawing."""
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+    from bot.masking import masker
+    from bot.slack.render import request_message as blocks
+
+    clear_cache()
+    reads: list[int] = []
+    real_find = masker.find
+
+    def counting(text: str, *args: object) -> object:
+        reads.append(len(text))
+        return real_find(text, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(masker, "find", counting)
+    big = "authorization: " * 8000  # 120 KB
+    request = ApprovalRequest(
+        event=ApprovalEvent(tool_name="deploy", arguments={"a": big, "b": [big, "x"]}),
+        config=ApprovalConfig(),
+        channel="C1",
+    )
+    blocks.request_message(request)
+    first = sum(n for n in reads if n >= len(big))
+    assert first >= len(big)
+    reads.clear()
+    blocks.request_message(request)
+    blocks.decided_message(request)
+    assert sum(n for n in reads if n >= len(big)) == 0, "a large text was read again"
