@@ -172,13 +172,6 @@ _VALUE = r"(?P<secret>\"(?:[^\"\\\n]|\\.)+\"?|'(?:[^'\\\n]|\\.)+'?|[^\s&\"';<]+)
 #: The rest of a shell command: to the next line, `;`, `|` or `&`.
 _COMMAND_REST = re.compile(r"[^\n;|&]*")
 
-_SCHEMES = frozenset({"bearer", "basic", "token", "digest", "negotiate", "ntlm"})
-
-
-def _not_a_scheme(value: str) -> bool:
-    return value.lower() not in _SCHEMES
-
-
 RULES: tuple[Rule, ...] = (
     # -- PEM blocks, to their END line or the end of the text
     Rule(
@@ -354,9 +347,10 @@ RULES: tuple[Rule, ...] = (
             rf"(?<!{_KEY_CHARS})[\"']?(?P<key>[A-Za-z_]{_KEY_CHARS}*)[\"']?"
             r"(?:\s*(?:=>|:=|=|:)\s*)"
         ),
-        _not_a_scheme,
         hints=("=", ":"),
-        tail=re.compile(_VALUE),
+        # Not a scheme word with a credential after it (`token: Bearer …`: auth_header's);
+        # a scheme word alone (`password=BEARER`) is the value.
+        tail=re.compile(r"(?!(?i:bearer|basic|token|digest|negotiate|ntlm)[ \t]+\S)" + _VALUE),
     ),
     Rule(
         "key_assignment",
