@@ -9,6 +9,14 @@
   `Masked` message: `outbound` passes it as it is); and the same message scanned
   whole by `outbound` as a plain dict (what every post cost before it was sent as drawn,
   and what any other payload of that size costs).
+- `--rules`: each secret rule (`bot.masking.rules.RULES`) on its worst case: every hostile
+  text of the corpus (`tests/support/secret_corpus.py` `HOSTILE_TEXTS`) at 80 KB picks the slowest
+  for the rule, which is then timed at 1 MiB and 2 MiB, each in a child process stopped after
+  `--limit` seconds (a quadratic pattern would take hours).
+- `--loop-lag`: the event loop's longest stall (a 1 ms ticker's worst lateness) while a
+  request with one 100 KB hostile argument is drawn as the dispatcher draws it for its post
+  (`bot.slack.delivery.dispatcher._drawn`: on a worker thread when large, where it exists),
+  then for its update and an App Home view (on the loop, as they are).
 - If `detect-secrets` is importable (`pip install detect-secrets` or `bc-detect-secrets`;
   it is not a dependency), its regex plugins and its entropy plugins on the same corpus:
   how many fakes it finds, how many near misses it flags, and its time per line.
@@ -20,15 +28,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.masking.masker import clear_cache, mask_text, outbound
-from bot.masking.rules import normalise
+from bot.masking.rules import RULES, find, normalise
 from bot.slack.render import request_message as blocks
-from tests.support.secret_corpus import FAKES, NEAR_MISSES
+from tests.support.secret_corpus import FAKES, HOSTILE_TEXTS, NEAR_MISSES
 
 ORDINARY = "Deploy web to production with 3 replicas (task-42), see https://example.com/a?b=c " * 6
 HOSTILE = ("A" * 4000 + " mysql -u x " + "password " * 200 + "-" * 3000 + "eyJ" * 500) * 4
@@ -85,6 +95,114 @@ def ours(repeat: int) -> dict[str, float]:
     }
 
 
+def rule_id(index: int) -> str:
+    return f"{RULES[index].name}-{index}"
+
+
+def time_rule(index: int, hostile: str, size: int) -> float:
+    """Seconds `find` takes with rule `index` alone on the hostile text `hostile` of `size`."""
+    text = HOSTILE_TEXTS[hostile](size)
+    start = time.perf_counter()
+    find(text, (RULES[index],))
+    return time.perf_counter() - start
+
+
+def time_rule_bounded(index: int, hostile: str, size: int, limit: float) -> float | None:
+    """`time_rule` in a child process, None if it had not finished after `limit` seconds."""
+    code = (
+        f"from bench.bench_masking import time_rule; print(time_rule({index}, {hostile!r}, {size}))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=limit, check=True
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return float(done.stdout.strip())
+
+
+def rules(limit: float, sizes: tuple[int, ...] = (1 << 20, 2 << 20)) -> dict[str, Any]:
+    """Each rule's worst hostile text at 80 KB, and its time there and at `sizes`."""
+    out: dict[str, Any] = {}
+    for index in range(len(RULES)):
+        worst, worst_s = "", -1.0
+        for name in HOSTILE_TEXTS:
+            seconds = time_rule(index, name, 80_000)
+            if seconds > worst_s:
+                worst, worst_s = name, seconds
+        row: dict[str, Any] = {"worst": worst, "80KB_s": worst_s}
+        for size in sizes:
+            row[f"{size >> 20}MiB_s"] = time_rule_bounded(index, worst, size, limit)
+        out[rule_id(index)] = row
+        print(
+            f"  {rule_id(index):24} {_seconds(worst_s):>9} {_row_sizes(row, sizes, limit)}"
+            f"  ({worst})",
+            flush=True,
+        )
+    return out
+
+
+def _seconds(value: float | None, limit: float = 0.0) -> str:
+    return f"> {limit:.0f} s" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _row_sizes(row: dict[str, Any], sizes: tuple[int, ...], limit: float) -> str:
+    return " ".join(f"{_seconds(row[f'{size >> 20}MiB_s'], limit):>9}" for size in sizes)
+
+
+LAG_ARGUMENTS = {
+    "http://a:aaaa… (issue 31)": lambda n: "http://a:" + "a" * n,
+    "authorization: … (the slowest after)": lambda n: ("authorization: " * (n // 15 + 1))[:n],
+}
+
+
+def loop_lag(size: int = 100_000) -> dict[str, float]:
+    """Seconds of the loop's longest stall while each hostile request is drawn three times."""
+    import asyncio
+    import importlib
+
+    from bot.masking import masker
+
+    dispatcher = importlib.import_module("bot.slack.delivery.dispatcher")
+    drawn = getattr(dispatcher, "_drawn", None)
+    out: dict[str, float] = {}
+    for label, make in LAG_ARGUMENTS.items():
+        masker.clear_cache()
+        request = ApprovalRequest(
+            event=ApprovalEvent(tool_name="deploy", arguments={"url": make(size)}),
+            config=ApprovalConfig(),
+            channel="C1",
+        )
+
+        async def run(request: ApprovalRequest) -> float:
+            worst, done = 0.0, False
+
+            async def tick() -> None:
+                nonlocal worst
+                while not done:
+                    start = time.perf_counter()
+                    await asyncio.sleep(0.001)
+                    worst = max(worst, time.perf_counter() - start - 0.001)
+
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.05)
+            if drawn is not None:
+                await drawn(request)  # the post
+            else:
+                blocks.request_message(request)
+            await asyncio.sleep(0.01)
+            blocks.request_message(request)  # an App Home view, a reminder
+            await asyncio.sleep(0.01)
+            blocks.decided_message(request)  # the update
+            await asyncio.sleep(0.05)
+            done = True
+            await ticker
+            return worst
+
+        out[label] = asyncio.run(run(request))
+    return out
+
+
 def detector() -> dict[str, Any] | None:
     try:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -124,8 +242,22 @@ def detector() -> dict[str, Any] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument(
+        "--rules", action="store_true", help="time each rule on its worst case (minutes)"
+    )
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds per timed case")
+    parser.add_argument(
+        "--loop-lag", action="store_true", help="the event loop's stall drawing a 100 KB argument"
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {"fakes": len(FAKES), "near_misses": len(NEAR_MISSES)}
+    if args.rules:
+        print("each rule on its worst hostile text: 80 KB, 1 MiB, 2 MiB")
+        figures["rules"] = rules(args.limit)
+    if args.loop_lag:
+        figures["loop_lag_s"] = loop_lag()
+        for label, seconds in figures["loop_lag_s"].items():
+            print(f"event loop's longest stall, a 100 KB argument {label}: {seconds * 1000:.1f} ms")
     figures["ours"] = ours(args.repeat)
     missed = sum(1 for f in FAKES if f.value is None and f.secret in mask_text(f.text))
     flagged = sum(1 for n in NEAR_MISSES if mask_text(n.text) != n.text)

@@ -8,16 +8,30 @@ that passes the agent's `arguments_schema` when it sent one (JSON Schema, checke
 the `jsonschema` library: every draft, `$ref` included — not worth writing again). An
 edit is a proposal: its `version` binds every vote, so a yes applies to exactly the
 arguments shown (docs/ARCHITECTURE.md, "A yes applies to what was shown").
+
+An agent's schema is checked when its request is created (`check_arguments_schema`, HTTP
+422 naming the problem) and every check of an edit against it is bounded: its regular
+expressions (`pattern`, `patternProperties`, and so `additionalProperties`) run on RE2
+(`google-re2`: linear time, where Python's backtracking `re` takes 2**n steps on
+`^(a+)+$`), `uniqueItems` compares canonical forms (linear, where jsonschema's own falls
+back to every pair), a `$ref` must stay within the schema and no chain of `$ref`s and
+in-place keywords (`allOf`, `not`, …) may come back to where it started without reading
+deeper into the arguments (`{"$ref": "#"}` would recurse until Python gives up).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
-from jsonschema.exceptions import SchemaError
+import re2
+from jsonschema.exceptions import SchemaError, ValidationError
+from referencing.exceptions import Unresolvable
 
 from approvals.errors import InvalidRequest
 from approvals.models import MAX_EVENT_BYTES, ApprovalRequest
@@ -85,10 +99,10 @@ def check_edit(request: ApprovalRequest, arguments: Any) -> dict[str, Any]:
     schema = request.event.arguments_schema
     if schema is not None:
         try:
-            validator_class = jsonschema.validators.validator_for(schema)
-            validator_class.check_schema(schema)
-            error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(arguments))
-        except SchemaError as e:
+            if schema_problem_of(schema) is not None:
+                raise SchemaError("checked when the request was created")
+            error = jsonschema.exceptions.best_match(_validator(schema).iter_errors(arguments))
+        except (SchemaError, RecursionError, Unresolvable, re2.error) as e:
             raise InvalidRequest(
                 "the agent's arguments_schema is not a valid JSON Schema; edits cannot be checked",
                 details="arguments",
@@ -120,3 +134,215 @@ def schema_problem(error: jsonschema.ValidationError) -> str:
     else:
         text = f"does not satisfy the schema's {error.validator!r}: {json.dumps(rule, default=str)}"
     return f"{where}: {text}"[:500]
+
+
+# ---------------------------------------------------------------- the agent's schema, bounded
+
+
+def check_arguments_schema(schema: dict[str, Any] | None) -> None:
+    """`InvalidRequest` (HTTP 422, `details` naming `arguments_schema`) when `schema` is not
+    one whose checks are bounded: not a valid JSON Schema, a regular expression RE2 cannot
+    run, a `$ref` outside the schema or pointing nowhere, or a loop of `$ref`s."""
+    if schema is None:
+        return
+    problem = schema_problem_of(schema)
+    if problem is not None:
+        raise InvalidRequest(
+            f"invalid arguments_schema: {problem}",
+            details=[{"loc": ["arguments_schema"], "msg": problem, "type": "value_error"}],
+        )
+
+
+def schema_problem_of(schema: dict[str, Any]) -> str | None:
+    """What is wrong with an agent's `arguments_schema` (None: nothing)."""
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the schema"
+        return f"not a valid JSON Schema at {where}: {e.message}"[:500]
+    except RecursionError:
+        return "nested too deeply"
+    nodes: dict[str, Any] = {}
+    anchors: dict[str, str] = {}
+    for pointer, node in _subschemas(schema):
+        nodes[pointer] = node
+        if isinstance(node.get("$anchor"), str):
+            anchors[node["$anchor"]] = pointer
+        for pattern in _patterns(node):
+            try:
+                _re2(pattern)
+            except re2.error as e:
+                why = e.args[0].decode(errors="replace") if e.args else "not supported"
+                return (
+                    f"the regular expression {pattern[:100]!r} at {pointer or '/'} cannot be "
+                    f"matched in linear time (RE2: {why[:100]})"
+                )
+        if "unevaluatedProperties" in node and _has_pattern_properties(schema):
+            return "unevaluatedProperties with patternProperties is not supported"
+    edges: dict[str, list[str]] = {}
+    for pointer, node in nodes.items():
+        targets = []
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            ref = node.get(key)
+            if not isinstance(ref, str):
+                continue
+            if not ref.startswith("#"):
+                return f"the $ref {ref[:100]!r} at {pointer or '/'} is not within the schema"
+            target = anchors.get(ref[1:]) if ref[1:2] not in ("", "/") else unquote(ref[1:])
+            if target is None or target not in nodes:
+                return f"the $ref {ref[:100]!r} at {pointer or '/'} points nowhere in the schema"
+            targets.append(target)
+        for key in ("allOf", "anyOf", "oneOf"):
+            items = node.get(key)
+            if isinstance(items, list):
+                targets += [f"{pointer}/{key}/{i}" for i in range(len(items))]
+        for key in ("not", "if", "then", "else"):
+            if isinstance(node.get(key), dict):
+                targets.append(f"{pointer}/{key}")
+        dependent = node.get("dependentSchemas")
+        if isinstance(dependent, dict):
+            targets += [f"{pointer}/dependentSchemas/{_escape(k)}" for k in dependent]
+        edges[pointer] = [t for t in targets if t in nodes]
+    loop = _loop(edges)
+    if loop is not None:
+        path = " → ".join(p or "#" for p in loop)[:300]
+        return f"its $refs loop without reading deeper into the arguments ({path})"
+    return None
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _subschemas(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(JSON pointer, subschema) of every object in `schema`, as `$ref`s name them. Its own
+    stack, no recursion: a deep schema cannot exhaust Python's."""
+    stack: list[tuple[str, Any]] = [("", schema)]
+    while stack:
+        pointer, node = stack.pop()
+        if isinstance(node, dict):
+            yield pointer, node
+            stack += [(f"{pointer}/{_escape(str(k))}", v) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(f"{pointer}/{i}", v) for i, v in enumerate(node)]
+
+
+def _patterns(node: dict[str, Any]) -> list[str]:
+    found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+    if isinstance(node.get("patternProperties"), dict):
+        found += [str(k) for k in node["patternProperties"]]
+    return found
+
+
+def _has_pattern_properties(schema: dict[str, Any]) -> bool:
+    return any(isinstance(n.get("patternProperties"), dict) for _, n in _subschemas(schema))
+
+
+def _loop(edges: dict[str, list[str]]) -> list[str] | None:
+    """A cycle in `edges` (as the pointers along it), or None. Iterative depth-first search."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in edges:
+        if state.get(root):
+            continue
+        path: list[str] = []
+        stack: list[tuple[str, Iterator[str]]] = [(root, iter(edges[root]))]
+        state[root] = 1
+        path.append(root)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                state[node] = 2
+            elif state.get(child) == 1:
+                return [*path[path.index(child) :], child]
+            elif not state.get(child):
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(edges.get(child, ()))))
+    return None
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@functools.lru_cache(maxsize=256)
+def _re2(pattern: str) -> Any:
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _re2(pattern).search(instance):
+        yield ValidationError(f"the value does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _re2(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = [_re2(p) for p in schema.get("patternProperties", {})]
+    extras = [k for k in instance if k not in properties and not any(p.search(k) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        yield ValidationError(f"additional properties are not allowed ({len(extras)} unexpected)")
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form of a JSON value, equal where JSON Schema's equality says equal (1 and
+    1.0 alike, true and 1 not)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return (type(value).__name__, value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(v) for v in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("other", repr(value))
+
+
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if unique and validator.is_type(instance, "array"):
+        forms = [_canonical(v) for v in instance]
+        if len(set(forms)) != len(forms):
+            yield ValidationError("the array has non-unique elements")
+
+
+@functools.lru_cache(maxsize=16)
+def _bounded(validator_class: Any) -> Any:
+    """`validator_class` with its unbounded keywords replaced by the linear ones above."""
+    return jsonschema.validators.extend(
+        validator_class,
+        {
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+            "uniqueItems": _unique_items,
+        },
+    )
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """The bounded validator for an agent's schema (checked by `schema_problem_of` first)."""
+    validator_class = jsonschema.validators.validator_for(schema)
+    return _bounded(validator_class)(schema)

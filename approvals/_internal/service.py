@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from approvals._internal.edits import check_edit, current_version, version_of
+from approvals._internal.edits import (
+    check_arguments_schema,
+    check_edit,
+    current_version,
+    version_of,
+)
 from approvals._internal.grant_scopes import Grant, ScopeOption, call_hash, offered
 from approvals._internal.policy import Policy
 from approvals._internal.slack_ids import is_user_group
@@ -120,13 +125,17 @@ class ApprovalService:
         still win, so a caller cannot pick a laxer route than the policy's. `created` is
         false when the principal's call_id had already made this same request
         (`CallIdConflict` when it made a different one). A `callback` the policy does not
-        allow is `InvalidRequest` (nothing is stored).
+        allow, or an `arguments_schema` whose checks would not be bounded
+        (`approvals._internal.edits.check_arguments_schema`), is `InvalidRequest` (nothing is
+        stored).
 
         The person who may not decide it (`requester`) is the Slack user the policy ties
         `principal` to; `requester` adds one for trusted in-process callers only (the HTTP
         API never takes it from a caller)."""
         if callback is not None:
             self.policy.callbacks.check(callback)
+        # Checked here, once, so that checking a reviewer's edit against it is bounded.
+        check_arguments_schema(event.arguments_schema)
         config = config or ApprovalConfig()
         if route is not None and route not in self.policy.routes:
             known = ", ".join(sorted(self.policy.routes)) or "none"

@@ -1,12 +1,20 @@
-"""`approval-bot hook claude-code|codex`: the command hook. Always exit 0; a deny when in doubt.
+"""`approval-bot hook claude-code|codex`: the command hook. Exit 0 with a decision; a deny when
+in doubt.
 
-Claude Code and Codex read a command hook's JSON only when it exits 0, and
-take exit status 1 for "no opinion" (the tool may run). So this command exits
-0 whatever happens and prints a decision for every PreToolUse /
-PermissionRequest event — a deny for input it cannot read, bad
-configuration, an unreachable bot, a conflict or a timeout — and nothing at
-all for events it does not gate (PostToolUse, UserPromptSubmit, Stop, …).
-Problems are also told on stderr, in one line, never as a traceback.
+Claude Code and Codex read a command hook's JSON only when it exits 0, take
+exit status 2 as a blocking error (the call is denied, stderr is the reason),
+and any other status — 1, a crash, death by a signal — as "no opinion" (the
+tool may run). So this command exits 0 and prints a decision for every
+PreToolUse / PermissionRequest event — a deny for input it cannot read, bad
+configuration, an unreachable bot, a conflict, a timeout, or a SIGTERM /
+SIGINT before the decision ("the hook was stopped before a decision") — and
+nothing at all for events it does not gate (PostToolUse, UserPromptSubmit,
+Stop, …). The answer is written as ASCII bytes (`\\u` escapes), so no
+encoding of stdout (`PYTHONIOENCODING=cp1252`, a Windows pipe) can refuse it;
+when stdout cannot take it at all (closed, a reader gone: EPIPE), the call is
+denied the other way the agents read, exit 2 with the reason on stderr.
+Problems are also told on stderr, in one line, never as a traceback; nothing
+written to stderr can raise (`say`).
 """
 
 from __future__ import annotations
@@ -14,9 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 # Light imports only (no pydantic, no asyncio): with a bot URL, a hook call (Claude Code or
@@ -97,27 +108,190 @@ def main(
     open_client: OpenClient,
     started: float | None = None,
 ) -> int:
-    """Run the hook; returns the exit status, always 0. `open_client` makes the client from
+    """Run the hook; returns the exit status: 0, or 2 when stdout cannot take the decision
+    (`emit`). Nothing raises out of it. `open_client` makes the client from
     the settings (`bot.cli.main.open_client`); `started` (monotonic clock): when the agent's clock
     for the hook's timeout started (default: now)."""
     started = time.monotonic() if started is None else started
-    quiet_logging()
-    stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
+    signals = Signals()
+    signals.catch()
     shape: Any = "PreToolUse"
+    err: TextIO | None = stderr or sys.stderr
+    output: dict[str, Any] | None
     try:
-        dialect, timeout, on_timeout = hook_options(argv)
-        body = read_stdin(stdin)
-        shape = body.shape
-        output = answer(dialect, body, timeout, on_timeout, stderr, env, started, open_client)
-    except BaseException as e:
-        print(f"approval-bot hook: failed ({type(e).__name__}); denied", file=stderr)
-        output = deny(shape, "Approval hook error: internal error; denied")
-    if output:
-        print(json.dumps(output, ensure_ascii=False), file=stdout)
-    stdout.flush()
-    return 0
+        try:
+            quiet_logging()
+            dialect, timeout, on_timeout = hook_options(argv)
+            body = read_stdin(stdin or sys.stdin)
+            shape = body.shape
+            output = answer(
+                dialect,
+                body,
+                timeout,
+                on_timeout,
+                err,  # type: ignore[arg-type]  # None: `say` drops the lines
+                env,
+                started,
+                open_client,
+            )
+            signals.check()  # a signal whose exception something swallowed still denies
+        except BaseException as e:
+            output = failure(shape, e, signals, err)
+    except BaseException as e:  # a signal while the failure above was being told
+        output = failure(shape, e, signals, None)
+    signals.disarm()  # from here on, the answer is written whatever arrives
+    try:
+        return emit(output, stdout or sys.stdout, err)
+    finally:
+        signals.restore()
+
+
+#: What a hook stopped by SIGTERM or SIGINT before its decision answers.
+STOPPED = "the hook was stopped before a decision"
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT arrived before the decision (`Signals`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.name = signal.Signals(signum).name
+
+
+class Signals:
+    """SIGTERM and SIGINT raise `Stopped` once, so the hook answers a deny in its own words
+    instead of dying without one (exit status 143 or 130: "no opinion", the call runs).
+    Once disarmed (the answer is being written), a signal is only noted."""
+
+    HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.caught: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def catch(self) -> None:
+        for signum in self.HANDLED:
+            try:
+                self.previous[signum] = signal.signal(signum, self._handle)
+            except (ValueError, OSError):  # not the main thread: nothing to catch
+                pass
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.caught = self.caught or signum
+        if self.armed:
+            self.armed = False
+            raise Stopped(signum)
+
+    def check(self) -> None:
+        if self.caught is not None:
+            self.armed = False
+            raise Stopped(self.caught)
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            try:
+                signal.signal(signum, handler)
+            except (ValueError, OSError, TypeError):
+                pass
+
+
+def failure(
+    shape: Any, error: BaseException, signals: Signals, stderr: TextIO | None
+) -> dict[str, Any]:
+    """The deny for a hook that failed or was stopped (`error`), told on stderr."""
+    if isinstance(error, Stopped | KeyboardInterrupt) or signals.caught is not None:
+        signals.disarm()
+        name = error.name if isinstance(error, Stopped) else "SIGINT"
+        say(stderr, f"approval-bot hook: stopped by {name} before a decision; denied")
+        return deny(shape, f"Approval hook error: {STOPPED}; denied")
+    say(stderr, f"approval-bot hook: failed ({type(error).__name__}); denied")
+    return deny(shape, "Approval hook error: internal error; denied")
+
+
+def say(stream: TextIO | None, line: str) -> None:
+    """`line` on `stream` (stderr), never raising: a closed or unwritable stderr, or one whose
+    encoding cannot hold a character, loses the line, not the decision."""
+    if stream is None:
+        return
+    try:
+        buffer = getattr(stream, "buffer", None)
+        if buffer is not None:
+            stream.flush()
+            buffer.write(f"{line}\n".encode("utf-8", "backslashreplace"))
+            buffer.flush()
+        else:
+            stream.write(f"{line}\n")
+            stream.flush()
+    except Exception:
+        pass
+
+
+def emit(output: dict[str, Any] | None, stdout: TextIO | None, stderr: TextIO | None) -> int:
+    """Write `output` (None or {}: nothing) on stdout as one line of ASCII JSON; the exit
+    status. 0 once written. When stdout cannot take it (closed, its reader gone), a decision
+    is still made: exit 2, a blocking error both agents read as a deny, with the reason on
+    stderr (an approval that cannot be delivered is denied too). Never raises."""
+    if not output:
+        _flush_quietly(stdout)
+        return 0
+    try:
+        data = (json.dumps(output, ensure_ascii=True) + "\n").encode("ascii")
+        if stdout is None:
+            raise ValueError("no stdout")
+        buffer = getattr(stdout, "buffer", None)
+        if buffer is not None:
+            stdout.flush()
+            buffer.write(data)
+            buffer.flush()
+        else:
+            stdout.write(data.decode("ascii"))
+            stdout.flush()
+        return 0
+    except Exception as e:
+        _discard(stdout)
+        reason = _reason_of(output)
+        say(
+            stderr,
+            f"approval-bot hook: could not write the decision on stdout ({type(e).__name__}); "
+            f"denied: {reason}",
+        )
+        return 2
+
+
+def _reason_of(output: dict[str, Any]) -> str:
+    """The reason a deny gives (`deny`'s shapes, both agents); else why it is denied here."""
+    specific = output.get("hookSpecificOutput")
+    if isinstance(specific, dict):
+        if specific.get("permissionDecision") == "deny":
+            return str(specific.get("permissionDecisionReason") or "denied")
+        decision = specific.get("decision")
+        if isinstance(decision, dict) and decision.get("behavior") == "deny":
+            return str(decision.get("message") or "denied")
+    return "Approval hook error: the decision could not be delivered; denied"
+
+
+def _flush_quietly(stream: TextIO | None) -> None:
+    try:
+        if stream is not None:
+            stream.flush()
+    except Exception:
+        _discard(stream)
+
+
+def _discard(stream: TextIO | None) -> None:
+    """Point a stream that failed at /dev/null, so that Python's own flush of it at exit
+    cannot fail again (it would print a traceback and exit 120)."""
+    try:
+        if stream is not None:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+    except Exception:
+        pass
 
 
 def answer(
@@ -134,10 +308,10 @@ def answer(
         return None  # not ours to decide: print nothing
     if dialect not in DIALECTS:
         message = f"unknown agent {dialect!r}; use one of {', '.join(DIALECTS)}"
-        print(f"approval-bot hook: {message}", file=stderr)
+        say(stderr, f"approval-bot hook: {message}")
         return deny(body.shape, f"Approval hook error: {message}")
     if body.problem is not None or body.payload is None:
-        print(f"approval-bot hook: {body.problem}", file=stderr)
+        say(stderr, f"approval-bot hook: {body.problem}")
         return deny(body.shape, f"Approval hook error: {body.problem}")
     from bot.core.environment import SettingsError, environment, http_client_settings
 
@@ -154,7 +328,7 @@ def answer(
         make_client = lambda: open_client(settings)  # noqa: E731
     except SettingsError as e:
         problems = "; ".join(e.problems)
-        print(f"approval-bot hook: configuration error: {problems}", file=stderr)
+        say(stderr, f"approval-bot hook: configuration error: {problems}")
         return deny(body.shape, f"Approval hook is misconfigured: {problems}")
     import asyncio
 
@@ -207,7 +381,7 @@ def forward(
         return deny(shape, codex_reason(reason) if dialect == "codex" else reason)
 
     def report(line: str) -> None:
-        print(f"approval-bot hook: {line}", file=stderr)
+        say(stderr, f"approval-bot hook: {line}")
 
     if time_budget(timeout) - elapsed < MIN_ASK_SECONDS:
         # As `answer_hook`: too little left to ask anyone, so nothing is sent (the bot would
@@ -295,7 +469,7 @@ async def _review(
         client = make_client()
     except Exception as e:
         reason = getattr(e, "message", None) or failure_reason(e)
-        print(f"approval-bot hook: {reason}", file=stderr)
+        say(stderr, f"approval-bot hook: {reason}")
         return for_dialect(dialect, output_for_failure(shape, str(reason)))  # type: ignore[arg-type]
     try:
         metadata = hook_metadata(payload)
@@ -329,7 +503,7 @@ async def _review(
         return None if found is None else found.to_request()
 
     def report(line: str) -> None:
-        print(f"approval-bot hook: {line}", file=stderr)
+        say(stderr, f"approval-bot hook: {line}")
 
     try:
         return await answer_hook(

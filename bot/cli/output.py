@@ -1,9 +1,29 @@
-"""What commands print on a terminal: tables, times ago, clipped text."""
+"""What commands print on a terminal: tables, times ago, clipped text, and text made safe.
+
+Anything an agent sent (a tool name, a prompt, a session, a reason) is printed through
+`terminal`: a carriage return, a line feed, an ANSI escape, a bell, a backspace or a bidi
+override (U+202E) in it would let it rewrite what an operator sees. It escapes them as log
+lines are escaped (`bot.core.logs.escape`, one function for both): `\\n`, `\\u001b`, …
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import TextIO
+
+from bot.core.logs import escape
+
+
+def terminal(text: object) -> str:
+    """`text` (any value, as `str`) with control, line-breaking and bidi characters escaped."""
+    return escape(str(text))
+
+
+def block(text: str) -> str:
+    """Our own multi-line text (JSON with `indent`, whose strings hold no raw line break)
+    with each line made safe (`terminal`); its line breaks kept. JSON stays JSON: the
+    escapes are JSON's own."""
+    return "\n".join(escape(line) for line in text.split("\n"))
 
 
 def ago(moment: datetime | None, now: datetime) -> str:
@@ -22,6 +42,8 @@ def ago(moment: datetime | None, now: datetime) -> str:
 
 
 def table(rows: list[list[str]], out: TextIO) -> None:
+    """`rows` as aligned columns, every cell made safe (`terminal`)."""
+    rows = [[terminal(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(

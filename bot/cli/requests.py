@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from bot.cli.connect import CliError, on_store, open_client, policy_for, run_async
 from bot.cli.durations import duration, positive_duration
-from bot.cli.output import ago, clip, table
+from bot.cli.output import ago, block, clip, table, terminal
 
 # Imported when a command runs: building the CLI's parser stays cheap.
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ async def cmd_pending(args: argparse.Namespace, store: ApprovalStore, out: TextI
     requests = await store.list_pending(limit=args.limit)
     if args.json:
         for request in requests:
-            print(json.dumps(approval_object(request), ensure_ascii=False), file=out)
+            print(block(json.dumps(approval_object(request), ensure_ascii=False)), file=out)
         return 0
     if not requests:
         print("no pending approval requests", file=out)
@@ -163,14 +163,15 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     arguments = json.dumps(
         mask_arguments(event.arguments, cfg.sensitivity), indent=2, ensure_ascii=False, default=str
     )
+    t = terminal
     lines = [
-        f"{request.id}  {request.status}",
-        f"tool:       {event.tool_name} ({event.kind})",
-        f"prompt:     {mask_text(request.prompt, hide=hide)}",
+        f"{t(request.id)}  {request.status}",
+        f"tool:       {t(mask_text(event.tool_name))} ({event.kind})",
+        f"prompt:     {t(mask_text(request.prompt, hide=hide))}",
         f"kind:       {cfg.kind}"
-        + (f" [{', '.join(cfg.options)}]" if cfg.options else "")
+        + (f" [{t(', '.join(cfg.options))}]" if cfg.options else "")
         + f", sensitivity {cfg.sensitivity}",
-        "arguments:  " + arguments.replace("\n", "\n            "),
+        "arguments:  " + block(arguments).replace("\n", "\n            "),
     ]
     for label, value in (
         ("command", mask_text(event.command or "", hide=hide)),
@@ -182,10 +183,10 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
         ("requester", request.requester),
     ):
         if value:
-            lines.append(f"{label + ':':<11} {value}")
-    lines.append(f"route:      {request.route} → {request.channel or '-'}")
+            lines.append(f"{label + ':':<11} {t(value)}")
+    lines.append(f"route:      {t(request.route)} → {t(request.channel or '-')}")
     reviewers = ", ".join(request.reviewers) or "anyone"
-    lines.append(f"reviewers:  {reviewers} (quorum {request.quorum})")
+    lines.append(f"reviewers:  {t(reviewers)} (quorum {request.quorum})")
     edited = d.edited_arguments if d and d.edited_arguments is not None else None
     proposal = request.proposal
     if edited is not None or proposal is not None:
@@ -200,11 +201,11 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
             ensure_ascii=False,
             default=str,
         )
-        lines.append(f"{label:<11} by {by}")
-        lines.append("            " + text.replace("\n", "\n            "))
+        lines.append(f"{label:<11} by {t(by)}")
+        lines.append("            " + block(text).replace("\n", "\n            "))
     for vote in request.votes:
-        why = f": {vote.reason}" if vote.reason else ""
-        lines.append(f"vote:       {vote.user} {vote.outcome} at {vote.at.isoformat()}{why}")
+        why = f": {t(vote.reason)}" if vote.reason else ""
+        lines.append(f"vote:       {t(vote.user)} {vote.outcome} at {vote.at.isoformat()}{why}")
     lines.append(
         f"created:    {request.created_at.isoformat()} ({ago(request.created_at, now)} ago)"
     )
@@ -214,16 +215,16 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
         )
     if d is not None:
         lines.append(
-            f"decision:   {d.outcome} by {d.decided_by or '-'} via {d.via} at "
+            f"decision:   {d.outcome} by {t(d.decided_by or '-')} via {t(d.via)} at "
             f"{d.decided_at.isoformat()}"
         )
         for label, value in (("reason", d.reason), ("input", d.input), ("selection", d.selection)):
             if value:
-                lines.append(f"{label + ':':<11} {value}")
+                lines.append(f"{label + ':':<11} {t(value)}")
         if d.for_session:
             lines.append(f"for session: yes (scope {d.scope or 'call'})")
     if request.message:
-        lines.append(f"slack:      {request.message.channel} ts {request.message.ts}")
+        lines.append(f"slack:      {t(request.message.channel)} ts {t(request.message.ts)}")
     return lines
 
 
@@ -232,7 +233,7 @@ async def cmd_show(args: argparse.Namespace, store: ApprovalStore, out: TextIO) 
 
     request = await store.get(args.id)
     if args.json:
-        print(json.dumps(approval_object(request), indent=2, ensure_ascii=False), file=out)
+        print(block(json.dumps(approval_object(request), indent=2, ensure_ascii=False)), file=out)
     else:
         print("\n".join(describe(request, store.now())), file=out)
     return 0
@@ -274,7 +275,10 @@ async def cmd_decide(
         result = await service.decide(args.id, "deny", operator(args.as_name), reason=args.reason)
     if result.status != "decided":
         raise already_decided(result.request)
-    print(f"{result.request.id} {Approval.from_request(result.request).describe()}", file=out)
+    print(
+        terminal(f"{result.request.id} {Approval.from_request(result.request).describe()}"),
+        file=out,
+    )
     return 0
 
 
@@ -282,7 +286,7 @@ async def cmd_audit(args: argparse.Namespace, store: ApprovalStore, out: TextIO)
     entries = await store.audit_entries(since=args.since, request_id=args.request_id)
     if args.json:
         for entry in entries:
-            print(json.dumps(entry.as_dict(), ensure_ascii=False), file=out)
+            print(block(json.dumps(entry.as_dict(), ensure_ascii=False)), file=out)
         return 0
     if not entries:
         print("no audit entries", file=out)
@@ -419,9 +423,9 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
             )
             return 2
     if args.json:
-        print(json.dumps(approval.model_dump(mode="json"), ensure_ascii=False), file=out)
+        print(block(json.dumps(approval.model_dump(mode="json"), ensure_ascii=False)), file=out)
     else:
-        print(f"{approval.id} {approval.describe()}", file=out)
+        print(terminal(f"{approval.id} {approval.describe()}"), file=out)
     if approval.approved:
         return 0
     return 2 if approval.status == "error" else 1

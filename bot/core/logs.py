@@ -33,9 +33,22 @@ def escape(text: str) -> str:
 
 def _message(record: logging.LogRecord) -> str:
     try:
+        if isinstance(record.args, tuple) and "tool" in str(record.msg):
+            return str(record.msg) % tuple(_masked(a) for a in record.args)
         return record.getMessage()
     except Exception:  # a bad format string must not lose the record
         return f"{record.msg!r} {record.args!r}"
+
+
+def _masked(value: object) -> object:
+    """A record's argument with secrets masked (`bot.masking.masker.mask_text`), for the
+    records that name a tool: an agent may glue a token into a tool name
+    (`deploy_ghp_…`). Tool names repeat, so most are answered by the masker's cache."""
+    if not isinstance(value, str):
+        return value
+    from bot.masking.masker import mask_text
+
+    return mask_text(value)
 
 
 class TextFormatter(logging.Formatter):

@@ -23,10 +23,13 @@ in the approval record; a token posted to a channel cannot be taken back.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bot.masking.rules import RULES, find, is_secret_name, normalise
@@ -76,21 +79,101 @@ CACHE_SIZE = 4096
 CACHE_MAX_LEN = 4096
 
 
+#: Large texts' answers are kept too, up to this many characters of texts in all: a large
+#: request is masked once (its post, update, reminders and App Home view ask again).
+LARGE_CACHE_CHARS = 16 * 1024 * 1024
+#: A request whose texts hold more characters than this is drawn off the event loop
+#: (`payload_chars`; `bot.slack.delivery.dispatcher`).
+LARGE_REQUEST_CHARS = 32 * 1024
+
+
+class _LargeCache:
+    """Answers for large texts, least recently used first out, bounded by the characters of
+    their keys (`LARGE_CACHE_CHARS`). Safe from several threads (one lock)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key][0]
+        value = make()
+        size = payload_chars(key)
+        if size > self.budget:
+            return value
+        with self.lock:
+            if key not in self.items:
+                self.items[key] = (value, size)
+                self.used += size
+            while self.used > self.budget:
+                _, (_, dropped) = self.items.popitem(last=False)
+                self.used -= dropped
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.used = 0
+
+
+_LARGE = _LargeCache(LARGE_CACHE_CHARS)
+
+
+def payload_chars(value: Any) -> int:
+    """Characters of the strings in `value` (dicts' keys and values, lists, tuples): what
+    masking it reads. No regular expression: a walk."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
 def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     """`text` with every secret the rules find masked, and each of `hide` (values known to be
     secret, also in their JSON-escaped forms) blanked out. Matching runs on the normalised
-    text (NFKC, zero-width characters removed); everything not masked is kept as it was.
+    text (NFKC, zero-width characters removed); everything not masked is kept as it was,
+    but bidi controls (`strip_bidi`).
 
     A pure function of (`text`, `hide`): answers for short texts come from a bounded cache
     (`CACHE_SIZE`), which holds only what this process already holds (the requests it
     renders) and is never shared."""
     hidden = hide if isinstance(hide, tuple) else tuple(hide)
     if len(text) > CACHE_MAX_LEN or sum(map(len, hidden)) > CACHE_MAX_LEN:
-        return _mask_text(text, hidden)
+        answer: str = _LARGE.get(("text", text, hidden), lambda: _mask_text(text, hidden))
+        return answer
     return _mask_text_cached(text, hidden)
 
 
+#: Bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): in Slack text they
+#: would make `exe.txt` of `txt.exe`, a tool name read backwards. Every string `mask_text`
+#: gives back (so every agent-given string a renderer draws, and every payload `outbound`
+#: sends) is without them.
+_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def strip_bidi(text: str) -> str:
+    """`text` without bidi embeddings, overrides and isolates (`_BIDI`)."""
+    return text if text.isascii() else text.translate(_BIDI)
+
+
 def _mask_text(text: str, hide: tuple[str, ...]) -> str:
+    return strip_bidi(_mask_spans(text, hide))
+
+
+def _mask_spans(text: str, hide: tuple[str, ...]) -> str:
     norm, where = normalise(text)
     spans = [(start, end) for start, end, _ in find(norm)]
     for literal in _literals(hide):
@@ -122,6 +205,7 @@ def clear_cache() -> None:
     """Forget every cached answer (benchmarks measure masking afresh with it)."""
     _mask_text_cached.cache_clear()
     _spread_texts_cached.cache_clear()
+    _LARGE.clear()
     is_secret_name.cache_clear()
 
 
@@ -136,24 +220,25 @@ def _literals(hide: Iterable[str]) -> list[str]:
 
 
 def _outside(spans: list[tuple[int, int]], kept: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`spans` minus the parts that are masks already (whatever is left still gets masked)."""
+    """`spans` minus the parts that are masks already (whatever is left still gets masked).
+    `kept` is sorted and its parts do not overlap (matches of one pattern): after merging
+    `spans`, each part of `kept` is passed over at most once per span it overlaps, and the
+    merged spans do not overlap, so this runs in O((spans + kept) log kept)."""
     if not kept:
         return spans
+    ends = [k_end for _, k_end in kept]
     out: list[tuple[int, int]] = []
-    for start, end in spans:
-        pieces = [(start, end)]
-        for k_start, k_end in kept:
-            next_pieces = []
-            for s, e in pieces:
-                if k_end <= s or k_start >= e:
-                    next_pieces.append((s, e))
-                    continue
-                if s < k_start:
-                    next_pieces.append((s, k_start))
-                if k_end < e:
-                    next_pieces.append((k_end, e))
-            pieces = next_pieces
-        out += pieces
+    for start, end in _merge(spans):
+        i = bisect.bisect_right(ends, start)  # the first kept part ending after `start`
+        s = start
+        while i < len(kept) and kept[i][0] < end:
+            k_start, k_end = kept[i]
+            if s < k_start:
+                out.append((s, k_start))
+            s = max(s, k_end)
+            i += 1
+        if s < end:
+            out.append((s, end))
     return out
 
 
@@ -228,7 +313,9 @@ def spread_values(arguments: Mapping[str, Any]) -> frozenset[str]:
     if len(texts) < 2:
         return frozenset()
     if sum(map(len, texts)) > CACHE_MAX_LEN:
-        return _spread_texts(tuple(texts))
+        key = tuple(texts)
+        spread: frozenset[str] = _LARGE.get(("spread", key), lambda: _spread_texts(key))
+        return spread
     return _spread_texts_cached(tuple(texts))
 
 
@@ -248,25 +335,49 @@ _UNCUT_RULES = tuple(r for r in RULES if r.name == "pem_private_key")
 def _spread_secrets(items: list[Any]) -> list[int]:
     """Indices of the string items a secret spreads over: read one after the other, joined by
     a line break (a PEM key one line per item; every rule) and joined as they are (a private
-    key cut anywhere, its header line included: `_UNCUT_RULES`)."""
+    key cut anywhere, its header line included: `_UNCUT_RULES`); and the items that hold a
+    secret only the item before them tells (`--password`, then the password)."""
     texts = [(i, normalise(v)[0]) for i, v in enumerate(items) if isinstance(v, str)]
     if len(texts) < 2:
         return []
     spread: set[int] = set()
     for joint, rules in (("\n", RULES), ("", _UNCUT_RULES)):
-        starts, at = [], 0
+        starts, stops, at = [], [], 0
         for _, text in texts:
             starts.append(at)
             at += len(text) + len(joint)
-        for start, end, _ in find(joint.join(text for _, text in texts), rules):
-            touched = [
-                i
-                for (i, text), s in zip(texts, starts, strict=True)
-                if s < end and start < s + len(text) + len(joint)
-            ]
-            if len(touched) > 1:
-                spread.update(touched)
+            stops.append(at)  # an item's text and the joint after it
+        found = sorted(
+            (start, end) for start, end, _ in find(joint.join(t for _, t in texts), rules)
+        )
+        for start, end in _overlapping(found):
+            # The items the span touches: one bisection, then each item once (the spans
+            # no longer overlap), so the whole is O((spans + items) log items).
+            first = bisect.bisect_right(stops, start)
+            last = bisect.bisect_left(starts, end)
+            if last - first > 1:
+                spread.update(texts[k][0] for k in range(first, last))
+            elif last - first == 1 and not _found_alone(texts[first][1], start - starts[first]):
+                # A secret within one item, told by the item before it: an argv list's
+                # `["mysql", "--password", PW]`. The item alone shows nothing: hide it whole.
+                spread.add(texts[first][0])
     return sorted(spread)
+
+
+def _found_alone(text: str, at: int) -> bool:
+    """Whether the rules find a secret at `at` in `text` read on its own."""
+    return any(start <= at < end for start, end, _ in find(text))
+
+
+def _overlapping(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted `spans` with those that overlap (not those that only touch) made one."""
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _map_keys(masked_items: dict[Any, Any]) -> dict[str, Any]:

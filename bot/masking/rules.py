@@ -28,13 +28,24 @@ Span = tuple[int, int, str]
 
 @dataclass(frozen=True)
 class Rule:
-    """A named pattern; the secret is group `secret` when the pattern has one, else the match."""
+    """A named pattern; the secret is group `secret` when the pattern has one, else the match.
+
+    A rule whose secret is read by a scan that may fail far from where it began has two
+    parts, so that it runs in linear time: `pattern` finds only where a secret may begin (a
+    key, a command, a scheme; cheap, bounded by the run of characters it reads), and `tail`,
+    matched right after it, reads the rest. A key `check` refuses costs no scan of its
+    value; a `tail` that fails resumes the search past what `skip` matches there, since
+    every later beginning it passes would fail the same way (a URL's credentials in the
+    rest of its word, a command's flag in the rest of its command). Their match is then
+    `pattern`'s start to `tail`'s end; groups come from either."""
 
     name: str
     pattern: re.Pattern[str]
     check: Callable[[str], bool] | None = None
     #: Lower-case strings one of which a text must hold for the rule to run (speed only).
     hints: tuple[str, ...] = ()
+    tail: re.Pattern[str] | None = None
+    skip: re.Pattern[str] | None = None
 
 
 def _mixed(value: str) -> bool:
@@ -64,7 +75,7 @@ def _secretish(value: str) -> bool:
     return has_digit or has_symbol or has_inner_upper
 
 
-_B = r"(?<![A-Za-z0-9_])"  # no identifier character before
+_B = r"(?<![A-Za-z0-9])"  # no letter or digit before (`_` may glue a token on: `deploy_ghp_…`)
 _E = r"(?![A-Za-z0-9_])"  # no identifier character after
 
 
@@ -158,12 +169,8 @@ _KEY_CHARS = r"[A-Za-z0-9_.\-]"
 _VALUE = r"(?P<secret>\"(?:[^\"\\\n]|\\.)+\"?|'(?:[^'\\\n]|\\.)+'?|[^\s&\"';<]+)"
 
 
-_SCHEMES = frozenset({"bearer", "basic", "token", "digest", "negotiate", "ntlm"})
-
-
-def _not_a_scheme(value: str) -> bool:
-    return value.lower() not in _SCHEMES
-
+#: The rest of a shell command: to the next line, `;`, `|` or `&`.
+_COMMAND_REST = re.compile(r"[^\n;|&]*")
 
 RULES: tuple[Rule, ...] = (
     # -- PEM blocks, to their END line or the end of the text
@@ -177,12 +184,13 @@ RULES: tuple[Rule, ...] = (
         hints=("private key",),
     ),
     # -- user:password@ in any URL; the password may hold `@`, `/` and `:`
+    # (The last `@` of the word ends it; a scheme starts a run of scheme characters.)
     Rule(
         "url_credentials",
-        re.compile(
-            r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:(?P<secret>[^\s]+?)@(?=[^\s@]*(?:[\s\"'`<>]|\Z))"
-        ),
+        re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:"),
         hints=("://",),
+        tail=re.compile(r"(?P<secret>[^\s]+?)@(?=[^\s@]*(?:[\s\"'`<>]|\Z))"),
+        skip=re.compile(r"\S*"),
     ),
     # -- cloud
     _token(
@@ -199,6 +207,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _token("google_api_key", r"AIza[0-9A-Za-z_\-]{35}"),
     _token("google_oauth", r"GOCSPX-[A-Za-z0-9_\-]{20,}", r"ya29\.[A-Za-z0-9_\-.]{20,}"),
+    _token("google_oauth", r"1//0[A-Za-z0-9_\-]{30,}", hints=("1//0",)),  # a refresh token
     Rule("azure_storage_key", re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{86}=="), _mixed),
     _token("digitalocean_token", r"do[opr]_v1_[a-f0-9]{64}"),
     _token(
@@ -292,7 +301,13 @@ RULES: tuple[Rule, ...] = (
         r"AGE-SECRET-KEY-1[A-Z0-9]{58}",
     ),
     # -- JWT (header and payload both JSON objects, base64url)
-    _token("jwt", r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"),
+    Rule(
+        "jwt",
+        re.compile(rf"{_B}eyJ"),
+        hints=("eyj",),
+        tail=re.compile(r"[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*"),
+        skip=re.compile(r"[A-Za-z0-9_\-]*"),
+    ),
     # -- HTTP authentication
     Rule(
         "auth_header",
@@ -330,10 +345,12 @@ RULES: tuple[Rule, ...] = (
         "key_assignment",
         re.compile(
             rf"(?<!{_KEY_CHARS})[\"']?(?P<key>[A-Za-z_]{_KEY_CHARS}*)[\"']?"
-            r"(?:\s*(?:=>|:=|=|:)\s*)" + _VALUE
+            r"(?:\s*(?:=>|:=|=|:)\s*)"
         ),
-        _not_a_scheme,
         hints=("=", ":"),
+        # Not a scheme word with a credential after it (`token: Bearer …`: auth_header's);
+        # a scheme word alone (`password=BEARER`) is the value.
+        tail=re.compile(r"(?!(?i:bearer|basic|token|digest|negotiate|ntlm)[ \t]+\S)" + _VALUE),
     ),
     Rule(
         "key_assignment",
@@ -348,18 +365,34 @@ RULES: tuple[Rule, ...] = (
         ),
         hints=("-",),
     ),
+    # (A command, then its flag in the rest of the command: `_COMMAND_REST`.)
     Rule(
         "cli_password",
         re.compile(
             r"\b(?:mysql\w*|mariadb\w*|mongo(?:sh|dump|restore)?|sshpass|(?:docker|podman|helm)\s+"
-            r"(?:registry\s+)?login)\b[^\n;|&]*?\s-p[ \t]*(?P<secret>[^\s\-][^\s;|&]*)"
+            r"(?:registry\s+)?login|az\s+login)\b"
         ),
         hints=("mysql", "mariadb", "mongo", "sshpass", "login"),
+        tail=re.compile(r"[^\n;|&]*?\s-p[ \t]*(?P<secret>[^\s\-][^\s;|&]*)"),
+        skip=_COMMAND_REST,
+    ),
+    # `htpasswd -b[c…] FILE USER PASSWORD`, `htpasswd -nb USER PASSWORD`
+    Rule(
+        "cli_password",
+        re.compile(r"\bhtpasswd\b"),
+        hints=("htpasswd",),
+        tail=re.compile(
+            r"[^\n;|&]*?\s-(?:(?=[A-Za-z]*n)(?=[A-Za-z]*b)[A-Za-z]+\s+[^\s;|&]+"
+            r"|(?=[A-Za-z]*b)[A-Za-z]+\s+[^\s;|&]+\s+[^\s;|&]+)\s+(?P<secret>[^\s;|&]+)"
+        ),
+        skip=_COMMAND_REST,
     ),
     Rule(
         "cli_password",
-        re.compile(r"\bredis-cli\b[^\n;|&]*?\s-a[ \t]*(?P<secret>[^\s\-]\S*)"),
+        re.compile(r"\bredis-cli\b"),
         hints=("redis-cli",),
+        tail=re.compile(r"[^\n;|&]*?\s-a[ \t]*(?P<secret>[^\s\-]\S*)"),
+        skip=_COMMAND_REST,
     ),
     Rule(
         "cli_password",
@@ -368,8 +401,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "cli_password",
-        re.compile(r"\b(?:curl|wget|http)\b[^\n;|&]*?\s(?:-u|--user)[ \t]*[^\s:]+:(?P<secret>\S+)"),
+        re.compile(r"\b(?:curl|wget|http)\b"),
         hints=("curl", "wget", "http"),
+        tail=re.compile(r"[^\n;|&]*?\s(?:-u|--user)[ \t]*[^\s:]+:(?P<secret>\S+)"),
+        skip=_COMMAND_REST,
     ),
     Rule("cli_password", re.compile(r"(?<!\S)-U[ \t]*[^\s%]+%(?P<secret>\S+)"), hints=("%",)),
     # -- `password X`, `api_key X`, `the token is X` in prose
@@ -449,24 +484,60 @@ def find(text: str, rules: tuple[Rule, ...] = RULES) -> list[Span]:
             match = rule.pattern.search(text, pos)
             if match is None:
                 break
-            span = _secret_span(rule, match, text)
+            begin = match.start()
+            if not _key_allowed(rule, match):
+                pos = max(match.end(), begin + 1)
+                continue
+            rest = None
+            if rule.tail is not None:
+                rest = rule.tail.match(text, match.end())
+                if rest is None:
+                    skipped = match.end() if rule.skip is None else _skip(rule.skip, text, match)
+                    pos = max(skipped, begin + 1)
+                    continue
+            span = _secret_span(rule, match, rest, text)
+            end = match.end() if rest is None else rest.end()
             if span is None:
-                pos = match.start() + 1
+                # Without a tail, a later match may start inside this one (a check that
+                # refused `Authorization: word` lets `Bearer …` after it be found).
+                pos = begin + 1 if rest is None else max(match.end(), begin + 1)
                 continue
             spans.append((*span, rule.name))
-            pos = max(match.end(), match.start() + 1)
+            pos = max(end, begin + 1)
     return spans
 
 
-def _secret_span(rule: Rule, match: re.Match[str], text: str) -> tuple[int, int] | None:
-    groups = match.groupdict()
-    key = groups.get("key")
-    if rule.name in _KEYED and key is not None:
-        # `Authorization:` is the auth_header rules' (scheme words stay visible).
-        if not is_secret_name(key) or key_segments(key)[-1:] == ["authorization"]:
-            return None
-    name = next((g for g in ("secret", "secret2") if groups.get(g) is not None), None)
-    start, end = match.span(name or 0)
+def _skip(skip: re.Pattern[str], text: str, match: re.Match[str]) -> int:
+    skipped = skip.match(text, match.end())
+    return match.end() if skipped is None else skipped.end()
+
+
+def _key_allowed(rule: Rule, match: re.Match[str]) -> bool:
+    """For a rule whose `key` group must name a secret: whether it does."""
+    if rule.name not in _KEYED:
+        return True
+    key = match.groupdict().get("key")
+    if key is None:
+        return True
+    # `Authorization:` is the auth_header rules' (scheme words stay visible).
+    return is_secret_name(key) and key_segments(key)[-1:] != ["authorization"]
+
+
+def _secret_span(
+    rule: Rule, match: re.Match[str], rest: re.Match[str] | None, text: str
+) -> tuple[int, int] | None:
+    start, end = match.span()
+    name = None
+    for part in (match, rest):
+        if part is None:
+            continue
+        groups = part.groupdict()
+        name = next((g for g in ("secret", "secret2") if groups.get(g) is not None), None)
+        if name is not None:
+            start, end = part.span(name)
+            break
+    if name is None and rest is not None:
+        end = rest.end()  # no secret group: the whole of head and tail
     value = text[start:end]
     if name and len(value) > 1 and value[0] in "\"'" and value[-1] == value[0]:
         start, end = start + 1, end - 1  # a quoted value: the quotes stay

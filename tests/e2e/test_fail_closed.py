@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,11 +27,17 @@ from approvals._internal.policy_file import parse_policy
 from bot.agents import command_hook as hook_command
 from bot.cli.connect import open_client
 from bot.core.context import BotContext
+from tests.support import eventually
 from tests.support.credentials import API_TOKEN, OTHER_API_TOKEN
 
 GATED = ("PreToolUse", "PermissionRequest")
 UNGATED = ("PostToolUse", "UserPromptSubmit", "Stop", "SessionStart", "Notification")
 TOKENS = {"valid": API_TOKEN, "wrong": OTHER_API_TOKEN, "none": None}
+#: The deny_all policy's reason: not ASCII, as a deny reason or an edit may well be.
+DENY_REASON = "no 🚫 — 禁止 (ask #ops)"
+#: Encodings a hook's stdout may have: a Windows pipe is not UTF-8 by default.
+STDOUT_ENCODINGS = ("utf-8", "cp1252", "ascii")
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 PROPERTY = settings(
     max_examples=120,
     deadline=None,
@@ -43,7 +52,9 @@ async def deny_all(ctx: BotContext) -> AsyncIterator[BotContext]:
     ctx.service.policy = parse_policy(
         {
             "routes": {"default": {"channel": "C0APPROVALS"}},
-            "rules": [{"name": "nobody-decides", "match": {}, "action": "deny"}],
+            "rules": [
+                {"name": "nobody-decides", "match": {}, "action": "deny", "reason": DENY_REASON}
+            ],
         },
         source="test",
     )
@@ -285,9 +296,11 @@ def _reviewer() -> Any:
 
 
 def run_command_hook(
-    dialect: str, body: bytes, env: dict[str, str], *args: str
+    dialect: str, body: bytes, env: dict[str, str], *args: str, encoding: str = "utf-8"
 ) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
+    """The hook in this process, its stdout a text stream in `encoding` (strict)."""
+    raw, err = io.BytesIO(), io.StringIO()
+    out = io.TextIOWrapper(raw, encoding=encoding, errors="strict", newline="\n")
     code = hook_command.main(
         ["hook", dialect, *args],
         stdin=io.BytesIO(body),
@@ -296,7 +309,8 @@ def run_command_hook(
         env=env,
         open_client=open_client,
     )
-    return code, out.getvalue(), err.getvalue()
+    out.flush()
+    return code, raw.getvalue().decode(encoding), err.getvalue()
 
 
 @PROPERTY
@@ -305,19 +319,35 @@ def run_command_hook(
     token=st.sampled_from(sorted(TOKENS)),
     dialect=st.sampled_from(["claude-code", "codex"]),
     hook_timeout=st.sampled_from(["600", "0", "-5", "soon", "1e400", "nan"]),
+    encoding=st.sampled_from(STDOUT_ENCODINGS),
 )
-@example(body=PRE_TOOL_USE, token="valid", dialect="claude-code", hook_timeout="600")
-@example(body=PRE_TOOL_USE, token="valid", dialect="codex", hook_timeout="600")
-@example(body=PERMISSION_REQUEST, token="valid", dialect="codex", hook_timeout="600")
-@example(body=PERMISSION_REQUEST, token="valid", dialect="claude-code", hook_timeout="600")
+@example(body=PRE_TOOL_USE, token="valid", dialect="claude-code", hook_timeout="600",
+         encoding="utf-8")  # fmt: skip
+@example(body=PRE_TOOL_USE, token="valid", dialect="codex", hook_timeout="600", encoding="utf-8")
+@example(body=PERMISSION_REQUEST, token="valid", dialect="codex", hook_timeout="600",
+         encoding="utf-8")  # fmt: skip
+@example(body=PERMISSION_REQUEST, token="valid", dialect="claude-code", hook_timeout="600",
+         encoding="utf-8")  # fmt: skip
+@example(body=PRE_TOOL_USE, token="valid", dialect="claude-code", hook_timeout="600",
+         encoding="cp1252")  # fmt: skip
+@example(body=PERMISSION_REQUEST, token="valid", dialect="codex", hook_timeout="600",
+         encoding="ascii")  # fmt: skip
 async def test_command_hooks_always_exit_0_with_a_decision(
-    deny_all: BotContext, api_url: str, body: bytes, token: str, dialect: str, hook_timeout: str
+    deny_all: BotContext,
+    api_url: str,
+    body: bytes,
+    token: str,
+    dialect: str,
+    hook_timeout: str,
+    encoding: str,
 ) -> None:
+    """Whatever comes in, and whatever the encoding of stdout (the answer holds the policy's
+    non-ASCII reason): exit 0 with one line of JSON, a decision for a gated event."""
     env = {"APPROVALS_URL": api_url}
     if TOKENS[token]:
         env["APPROVALS_TOKEN"] = str(TOKENS[token])
     code, out, err = await asyncio.to_thread(
-        run_command_hook, dialect, body, env, "--timeout", hook_timeout
+        run_command_hook, dialect, body, env, "--timeout", hook_timeout, encoding=encoding
     )
     assert code == 0, err
     assert "Traceback" not in err
@@ -359,3 +389,88 @@ async def test_command_hook_with_the_bot_unreachable_denies_saying_so() -> None:
     assert decided["permissionDecision"] == "deny"
     reason = decided["permissionDecisionReason"]
     assert "approval bot could not be reached" in reason and str(port) not in reason
+
+
+# -- the command hook as a process: stdout it cannot write, signals ------------------------------
+
+
+async def hook_process(
+    api_url: str, *, shell: str = "", stdout: Any = asyncio.subprocess.PIPE, **env: str
+) -> asyncio.subprocess.Process:
+    """`approval-bot hook claude-code` as Claude Code runs it, the PreToolUse event on its
+    stdin (closed after it). `shell`: redirections for `sh` (`1>&-` closes stdout)."""
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
+    }
+    environ.update(APPROVALS_URL=api_url, APPROVALS_TOKEN=API_TOKEN, **env)
+    command = f"exec {sys.executable} -m bot.cli.main hook claude-code --timeout 60 {shell}"
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", command, stdin=asyncio.subprocess.PIPE, stdout=stdout,
+        stderr=asyncio.subprocess.PIPE, env=environ, cwd=REPO,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(PRE_TOOL_USE)
+    proc.stdin.close()
+    return proc
+
+
+def blocked(code: int | None, err: bytes) -> str:
+    """The reason of a blocking error (exit 2, the reason on stderr: a deny to both agents)."""
+    text = err.decode()
+    assert code == 2, (code, text)
+    assert "Traceback" not in text and "denied" in text, text
+    return text
+
+
+async def test_a_stdout_in_a_narrow_encoding_gets_the_decision_as_ascii_json(
+    deny_all: BotContext, api_url: str
+) -> None:
+    """`PYTHONIOENCODING=cp1252` (or a Windows pipe): the non-ASCII reason used to raise
+    outside the hook's guard, exit 1, and Claude Code ran the call."""
+    for encoding in ("cp1252", "ascii"):
+        proc = await hook_process(api_url, PYTHONIOENCODING=encoding)
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, (encoding, err.decode())
+        assert out.isascii() and out.count(b"\n") == 1, out
+        decided = json.loads(out)["hookSpecificOutput"]
+        assert decided["permissionDecision"] == "deny"
+        assert DENY_REASON in decided["permissionDecisionReason"]
+
+
+async def test_a_closed_stdout_denies_by_exit_2(deny_all: BotContext, api_url: str) -> None:
+    proc = await hook_process(api_url, shell="1>&-", stdout=None)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert DENY_REASON in blocked(proc.returncode, err)
+
+
+async def test_a_stdout_whose_reader_is_gone_denies_by_exit_2(
+    deny_all: BotContext, api_url: str
+) -> None:
+    """EPIPE (SIGPIPE is ignored in Python: the write fails instead of killing the process)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the agent stopped reading before the answer
+    try:
+        proc = await hook_process(api_url, stdout=write_end)
+    finally:
+        os.close(write_end)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert DENY_REASON in blocked(proc.returncode, err)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_hook_stopped_by_a_signal_denies_saying_so(
+    ctx: BotContext, api_url: str, signum: int
+) -> None:
+    """Stopped while it waits for a reviewer: a deny that says so (before, SIGTERM killed it,
+    exit 143, and the call ran; SIGINT answered "internal error")."""
+    proc = await hook_process(api_url)
+    await eventually(ctx.store.list_pending, within=20, what="the hook's request")
+    proc.send_signal(signum)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, (proc.returncode, err.decode())
+    assert "Traceback" not in err.decode()
+    decided = json.loads(out)["hookSpecificOutput"]
+    assert decided["permissionDecision"] == "deny"
+    assert hook_command.STOPPED in decided["permissionDecisionReason"]
+    assert "internal error" not in decided["permissionDecisionReason"]
+    assert signal.Signals(signum).name in err.decode()

@@ -419,6 +419,32 @@ fake("secret_word", "the token is {s}", password(20))
 near("secret_word", "the password is too short; reset the token for bob and the api key rotation")
 near("secret_word", "🔴 secret (values hidden); token (see vault); password [redacted]")
 
+# ---------------------------------------------------------------- seen reaching Slack (issue 31)
+
+# An argv list: the password is the item after `--password` (read joined, one per line).
+argv_pw = password(16)
+argv = ["mysql", "-h", "db.internal", "-u", "root", "--password", argv_pw, "shop"]
+FAKES.append(Fake("cli_password", " ".join(argv), argv_pw, value=argv))
+fake("cli_password", "az login -u ops@example.com -p {s} --tenant contoso", password(18))
+fake("cli_password", "az login --service-principal -u http://app -p {s}", password(20))
+fake("cli_password", "htpasswd -b /etc/nginx/.htpasswd admin {s}", password(14))
+fake("cli_password", "htpasswd -bc /etc/apache2/.htpasswd deploy {s}", password(14))
+fake("cli_password", "htpasswd -nb admin {s} > creds", password(14))
+near("cli_password", "htpasswd -D /etc/nginx/.htpasswd admin && az login --identity")
+near("cli_password", "mysql -h db.internal -u root shop --password")
+# A Google OAuth refresh token (`1//0` and 60-100 URL-safe characters).
+fake("google_oauth", "GOOGLE_REFRESH {s}", "1//0" + rand(URLSAFE, 99))
+fake("google_oauth", "creds.refresh(token='{s}')", "1//0" + rand(URLSAFE, 60))
+near("google_oauth", "print(1//0) raises ZeroDivisionError; so does 1//0x1F")
+# A token glued into a tool name with `_` (the tool name reaches Slack and the logs).
+fake("github_token", "deploy_{s}", "ghp_" + rand(ALNUM, 36))
+fake(
+    "slack_token",
+    "notify_{s}",
+    "xoxb-" + rand(DIGITS, 12) + "-" + rand(DIGITS, 13) + "-" + rand(ALNUM, 24),
+)
+near("github_token", "deploy_gh_pages and run_ghp_import")
+
 # ---------------------------------------------------------------- evasions
 
 gh = "ghp_" + rand(ALNUM, 36)
@@ -450,3 +476,72 @@ def leaked_piece(shown: str, secret: str) -> str | None:
         if value[i : i + PIECE] in out:
             return value[i : i + PIECE]
     return None
+
+
+# ---------------------------------------------------------------- hostile texts (speed)
+
+
+def _repeat(unit: str, n: int, head: str = "") -> str:
+    """`head`, then `unit` repeated, cut to `n` characters."""
+    body = unit * (max(n - len(head), 0) // len(unit) + 1)
+    return (head + body)[:n]
+
+
+#: Texts of `n` characters built to make a slow pattern slow: long runs of each character
+#: class the rules read, and each rule's own opening repeated (each of which a quadratic
+#: pattern would scan to the end of the text from). `bench/bench_masking.py` times every
+#: rule on each; `tests/bot/masking/test_rule_speed.py` feeds each rule its worst at 2 MiB.
+HOSTILE_TEXTS: dict[str, Any] = {
+    **{f"run {c!r}": (lambda n, c=c: c * n) for c in "aA1-:=/@._\"'<% \n\t+"},
+    "url: one scheme, no @": lambda n: _repeat("a", n, "http://a:"),
+    "url: schemes": lambda n: _repeat("a://", n),
+    "url: schemes with users": lambda n: _repeat("a://a:", n),
+    "url: @ after @": lambda n: _repeat("@", n, "http://a:b"),
+    "url: schemes with @": lambda n: _repeat("a://a:@_", n),
+    "key: a=a=": lambda n: _repeat("a=", n),
+    "key: a:a:": lambda n: _repeat("a:", n),
+    "key: quoted": lambda n: _repeat('"a": ', n),
+    "key: secret, open quote": lambda n: _repeat("\\a", n, 'password="'),
+    "key: secret, long value": lambda n: _repeat("a", n, "password="),
+    "key: spaces": lambda n: _repeat(" ", n, "a"),
+    "xml: open tags": lambda n: _repeat("<a>", n),
+    "xml: unclosed": lambda n: _repeat("b", n, "<password>"),
+    "flag: --a": lambda n: _repeat("--a ", n),
+    "flag: --a=x": lambda n: _repeat("--a=x", n),
+    "flag: -a": lambda n: _repeat("-a", n),
+    "cli: mysql": lambda n: _repeat("mysql ", n),
+    "cli: mysql -p": lambda n: _repeat("mysql -p", n),
+    "cli: mysql dashes": lambda n: _repeat("-mysql", n),
+    "cli: docker login": lambda n: _repeat("docker login ", n),
+    "cli: redis-cli": lambda n: _repeat("redis-cli ", n),
+    "cli: curl": lambda n: _repeat("curl ", n),
+    "cli: curl -u": lambda n: _repeat("curl -u a", n),
+    "cli: -pass pass:": lambda n: _repeat("-pass pass:", n),
+    "cli: -U": lambda n: _repeat("-U a", n),
+    "pem: BEGIN": lambda n: _repeat("-----BEGIN PRIVATE KEY-----", n),
+    "pem: BEGIN, no key": lambda n: _repeat("A", n, "-----BEGIN "),
+    "auth: authorization:": lambda n: _repeat("authorization: ", n),
+    "auth: spaces": lambda n: _repeat(" ", n, "authorization:"),
+    "auth: letters": lambda n: _repeat("a", n, "authorization: "),
+    "auth: cookie": lambda n: _repeat("cookie: ", n),
+    "auth: bearer": lambda n: _repeat("bearer ", n),
+    "auth: Basic": lambda n: _repeat("A", n, "Basic "),
+    "word: password": lambda n: _repeat("password ", n),
+    "word: password is": lambda n: _repeat("password is ", n),
+    "jwt: eyJ.eyJ.": lambda n: _repeat("eyJaaaaa.eyJaaaaa.", n),
+    "jwt: eyJ-": lambda n: _repeat("eyJaa-", n),
+    "jwt: no dot": lambda n: _repeat("a", n, "eyJ"),
+    "token: mixed 40": lambda n: _repeat("aB1" * 20 + " ", n),
+    "token: ghp_": lambda n: _repeat("ghp_", n),
+    "token: sk-a-": lambda n: _repeat("sk-a-", n),
+    "token: digits:": lambda n: _repeat("1" * 9 + ":", n),
+    "token: M run": lambda n: _repeat("a", n, "M"),
+    "token: a.": lambda n: _repeat("a.", n),
+    "token: atlasv1": lambda n: _repeat("a" * 14 + ".atlasv", n),
+    "token: -us": lambda n: _repeat("a" * 32 + "-us", n),
+    "webhook: teams": lambda n: _repeat("https://a.webhook.office.com/", n),
+    "webhook: dots": lambda n: _repeat("a.", n, "https://"),
+    "webhook: slack": lambda n: _repeat("https://hooks.slack.com/services/", n),
+    "webhook: discord digits": lambda n: _repeat("1", n, "https://discord.com/api/webhooks/"),
+    "words": lambda n: _repeat("a ", n),
+}

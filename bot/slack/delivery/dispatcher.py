@@ -37,6 +37,7 @@ from approvals._internal.store.posting import Posting
 from approvals.errors import NotFound
 from approvals.models import ApprovalRequest, Decision, SlackMessage
 from bot.core.context import BotContext
+from bot.masking.masker import LARGE_REQUEST_CHARS, Masked, payload_chars
 from bot.slack.delivery import copies
 from bot.slack.delivery.calls import Permanent, SlackCaller, Unsure
 from bot.slack.delivery.digests import DigestDrawer, DigestOptions
@@ -444,6 +445,7 @@ class Dispatcher:
                 for copy in found:
                     await self._recorded(request, copy)
                 return
+        message = await _drawn(request)
         try:
             response = await self.slack.call(
                 channel,
@@ -451,7 +453,7 @@ class Dispatcher:
                 channel=channel,
                 paced=True,
                 once=True,
-                message=blocks.request_message(request),
+                message=message,
                 metadata=copies.metadata(request),
             )
         except Permanent as e:
@@ -744,3 +746,14 @@ def _since(moment: datetime) -> float:
 
 class _Busy(Exception):
     """A live replica holds the post lock for this request."""
+
+
+async def _drawn(request: ApprovalRequest) -> Masked:
+    """The request's message; drawn on a worker thread when its texts are large, so that
+    masking them (`bot.masking.masker`, which keeps the answers: the update, reminders and
+    App Home ask again) does not hold the event loop."""
+    size = payload_chars(request.event.arguments) + len(request.prompt)
+    size += len(request.event.command or "") + payload_chars(request.event.permissions or {})
+    if size <= LARGE_REQUEST_CHARS:
+        return blocks.request_message(request)
+    return await asyncio.to_thread(blocks.request_message, request)

@@ -76,6 +76,43 @@ def test_check_edit_refuses_what_cannot_run() -> None:
     assert "hunter2" not in caught.value.message
 
 
+@pytest.mark.timeout(30)
+def test_checking_an_edit_is_bounded_on_hostile_schemas() -> None:
+    """A reviewer's edit was checked by Python's backtracking `re` (`^(a+)+$` on 40 characters
+    is 2**40 steps: the bot stalled) and by jsonschema's all-pairs `uniqueItems`. Both now
+    answer at once (RE2, canonical forms); the guard is the test's timeout."""
+    hostile = request(
+        arguments={"k": "aaaa"},
+        arguments_schema={"properties": {"k": {"type": "string", "pattern": "^(a+)+$"}}},
+    )
+    assert check_edit(hostile, {"k": "a" * 5000}) == {"k": "a" * 5000}
+    with pytest.raises(InvalidRequest, match="k: does not satisfy the schema's 'pattern'"):
+        check_edit(hostile, {"k": "a" * 40 + "!"})
+    keyed = request(
+        arguments={"aa": 1},
+        arguments_schema={"patternProperties": {"^(a+)+$": {"type": "integer"}},
+                          "additionalProperties": False},
+    )  # fmt: skip
+    with pytest.raises(InvalidRequest, match="additionalProperties"):
+        check_edit(keyed, {"a" * 40 + "!": 1})
+    with pytest.raises(InvalidRequest, match="must be of type"):
+        check_edit(keyed, {"a" * 40: "x"})
+    unique = request(arguments={"items": []}, arguments_schema={
+        "properties": {"items": {"type": "array", "uniqueItems": True}}})  # fmt: skip
+    many = [{"n": i, "tag": [i, "x"]} for i in range(20_000)]
+    assert check_edit(unique, {"items": many}) == {"items": many}
+    with pytest.raises(InvalidRequest, match="uniqueItems"):
+        check_edit(unique, {"items": [*many, {"tag": [7, "x"], "n": 7.0}]})
+    assert check_edit(unique, {"items": [1, True, "1"]}) == {"items": [1, True, "1"]}
+
+
+def test_an_edit_against_a_schema_that_loops_is_refused_not_a_crash() -> None:
+    """A request stored before schemas were checked at creation: its edit is refused."""
+    looping = request(arguments_schema={"$ref": "#"})
+    with pytest.raises(InvalidRequest, match="not a valid JSON Schema"):
+        check_edit(looping, {"env": "staging"})
+
+
 def test_versions_bind_the_request_and_the_edit() -> None:
     a, b = request(), request(arguments={"env": "dev"})
     assert version_of(a, {"env": "x"}) == version_of(a, {"env": "x"})

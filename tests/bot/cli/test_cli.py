@@ -109,6 +109,40 @@ async def test_show_text_masks_secrets_and_json_is_the_approval_object(
     assert json.loads(capsys.readouterr().out) == approval_object(request)
 
 
+#: Characters that let a crafted value rewrite what an operator sees on a terminal.
+CRAFTED = "\r\x1b[2K\x1b[1A\x07\b\u202e\u2028\x9b"
+
+
+async def test_show_and_audit_escape_what_could_rewrite_the_terminal(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tool name, prompt, agent, session or reason holding CR, LF, ANSI escapes, BEL,
+    backspace or a bidi override is printed escaped (as log lines are), never raw."""
+    event = ApprovalEvent(
+        tool_name=f"deploy{CRAFTED}gnp.exe",
+        arguments={},
+        session_id=f"s{CRAFTED}",
+        agent=f"agent\x1b]0;pwned\x07{CRAFTED}",
+    )
+    request = await ctx.service.submit(
+        event, ApprovalConfig(prompt=f"ok\nvote:       U0BOSS approve{CRAFTED}")
+    )
+    assert await cli("deny", request.id, "--reason", f"fine{CRAFTED}", "--as", "dan") == 0
+    assert await cli("show", request.id) == 0
+    assert await cli("audit", "--since", "1h") == 0
+    assert await cli("show", "--json", request.id) == 0
+    assert await cli("audit", "--json", "--since", "1h") == 0
+    out = capsys.readouterr().out
+    for raw in "\r\x1b\x07\b\u202e\u2028\x9b":
+        assert raw not in out, (repr(raw), out)
+    assert "\\u202e" in out and "\\u001b[2K" in out and "\\r" in out
+    assert not any(line.startswith("vote:       U0BOSS") for line in out.splitlines())
+    # The escapes are JSON's own: the audit's JSON lines still parse, to the raw values.
+    json_lines = [line for line in out.splitlines() if line.startswith("{") and line.endswith("}")]
+    reasons = [json.loads(line).get("reason") for line in json_lines]
+    assert f"fine{CRAFTED}" in reasons
+
+
 async def test_show_unknown_id(cli_env: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert await cli("show", "apr_nope") == 1
     assert "no approval request with id 'apr_nope'" in capsys.readouterr().err

@@ -148,3 +148,23 @@ async def test_a_requests_lifecycle_lines_carry_id_route_and_principal(
         assert event in mine, sorted(mine)
         assert mine[event]["route"] == "default", mine[event]
         assert mine[event]["principal"] == derived_name(API_TOKEN), mine[event]
+
+
+@pytest.mark.parametrize("fmt", logs.FORMATS)
+async def test_a_token_glued_into_a_tool_name_is_masked_in_the_log(
+    fmt: str, output: io.StringIO
+) -> None:
+    """`deploy_ghp_…` as a tool name: the records that name a tool show it masked."""
+    from tests.support.secret_corpus import FAKES, leaked_piece
+
+    glued = next(f for f in FAKES if f.text.startswith("deploy_ghp_"))
+    logs.configure("INFO", fmt, output)
+    out = await answer_hook("claude-code", claude(glued.text), failing_submit, no_wait,
+                            timeout=5)  # fmt: skip
+    assert out is not None and out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    logging.getLogger("approvals.gate").info(
+        "gated call not run tool=%s outcome=%s", glued.text, "x"
+    )
+    text = output.getvalue()
+    assert "hook review failed" in text and "gated call not run tool=deploy_••••••" in text
+    assert leaked_piece(text, glued.secret) is None, text

@@ -167,6 +167,39 @@ async def test_wrong_types_are_422(client: Client) -> None:
     assert all(set(d) == {"loc", "msg", "type"} for d in error["details"])
 
 
+async def test_an_arguments_schema_whose_checks_are_unbounded_is_422(
+    client: Client, ctx: BotContext
+) -> None:
+    """`{"$ref": "#"}` recursed until Python gave up (a 500 at the first edit); a regular
+    expression RE2 cannot run could not be checked in linear time. Each is refused when the
+    request is created, naming the problem, and nothing is stored."""
+    for schema, problem in (
+        ({"$ref": "#"}, "loop"),
+        ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}, "loop"),
+        ({"properties": {"k": {"pattern": "(?<=a)b"}}}, "linear time"),
+        ({"$ref": "https://example.com/schema.json"}, "not within the schema"),
+        ({"$ref": "#/$defs/missing"}, "points nowhere"),
+        ({"type": "no-such-type"}, "not a valid JSON Schema"),
+    ):
+        resp = await client.post(
+            "/v1/approvals",
+            headers=AUTH,
+            json={"tool_name": "deploy", "arguments": {"k": "x"}, "arguments_schema": schema},
+        )
+        error = await error_of(resp, 422)
+        assert error["code"] == "invalid_request", schema
+        assert problem in error["message"] and "arguments_schema" in error["message"], error
+        assert [d["loc"] for d in error["details"]] == [["arguments_schema"]]
+    assert await ctx.store.list_pending() == []
+    recursive = {"type": "object", "properties": {"child": {"$ref": "#"}}}
+    resp = await client.post(
+        "/v1/approvals",
+        headers=AUTH,
+        json={"tool_name": "deploy", "arguments": {}, "arguments_schema": recursive},
+    )
+    assert resp.status in (200, 201, 202), await resp.text()  # recursion that reads deeper
+
+
 async def test_arguments_must_be_an_object(client: Client) -> None:
     for arguments in (["a"], "a", None):
         resp = await client.post(

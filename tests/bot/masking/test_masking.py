@@ -23,6 +23,7 @@ from bot.masking.masker import (
     mask_text,
     mask_value,
     masked,
+    outbound,
     secret_values,
 )
 from bot.masking.rules import RULES, find, normalise
@@ -293,3 +294,65 @@ def test_property_hint_index_runs_the_rules_each_rule_would(text: str) -> None:
     as asking each rule for its own hints (the rules passed as a copy take that path)."""
     norm = normalise(text)[0]
     assert find(norm) == find(norm, tuple(list(RULES)))
+
+
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def test_bidi_controls_never_reach_slack() -> None:
+    """A tool name such as `deploy\u202etxt.exe` reads backwards in Slack: every string an
+    agent gives is drawn without bidi embeddings, overrides and isolates."""
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+    from bot.slack.render import request_message as blocks
+
+    assert mask_text(f"run{BIDI} exe.txt") == "run exe.txt"
+    assert outbound({"text": "a\u202eb", "blocks": [{"text": "\u2066c\u2069"}]}) == {
+        "text": "ab",
+        "blocks": [{"text": "c"}],
+    }
+    request = ApprovalRequest(
+        event=ApprovalEvent(
+            tool_name="deploy\u202etxt.exe",
+            arguments={"k\u202e": "v\u2067alue", "list": ["\u202dx"]},
+            agent="agent\u202e",
+            session_id="s\u2068",
+            command="ls \u202e-la",
+        ),
+        config=ApprovalConfig(prompt="ok\u202e?"),
+        channel="C1",
+    )
+    for message in (blocks.request_message(request), blocks.decided_message(request)):
+        text = json.dumps(message, ensure_ascii=False)
+        assert not any(c in text for c in BIDI), text
+        assert "deploytxt.exe" in text
+
+
+def test_a_large_request_is_masked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its post, update, reminders and App Home draw it again: the rules read a large text
+    once (`_LargeCache`), not once per drawing."""
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+    from bot.masking import masker
+    from bot.slack.render import request_message as blocks
+
+    clear_cache()
+    reads: list[int] = []
+    real_find = masker.find
+
+    def counting(text: str, *args: object) -> object:
+        reads.append(len(text))
+        return real_find(text, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(masker, "find", counting)
+    big = "authorization: " * 8000  # 120 KB
+    request = ApprovalRequest(
+        event=ApprovalEvent(tool_name="deploy", arguments={"a": big, "b": [big, "x"]}),
+        config=ApprovalConfig(),
+        channel="C1",
+    )
+    blocks.request_message(request)
+    first = sum(n for n in reads if n >= len(big))
+    assert first >= len(big)
+    reads.clear()
+    blocks.request_message(request)
+    blocks.decided_message(request)
+    assert sum(n for n in reads if n >= len(big)) == 0, "a large text was read again"
