@@ -12,13 +12,15 @@ whether the bot takes the connection, not how fast a reviewer is). Then:
    `approval-bot hook` makes them), one after the other;
 2. *held*: `--connections` idle connections are opened (TCP only: they send nothing, hold
    no token; the kernel queues those the bot does not accept), then the same calls;
-3. *reopened*: the same idle connections, each opened again as soon as the bot closes it
-   (an attacker who keeps them coming), and the same calls.
+3. *reopened*: the same idle connections, each opened again `--reopen-after` seconds (0.1)
+   after the bot closes it (an attacker who keeps them coming), and the same calls.
 
-For each phase: how many calls were answered (HTTP 200 with the hook's JSON), how many
-failed and how (connection reset, no answer within `--call-timeout`), p50 / p99 / max of
-the answered ones, and the bot's open files. Loopback only; bounded in count and time
-(each phase at most `--calls` x `--call-timeout`). One JSON line at the end.
+The idle connections are held by a process of their own, the calls made from this one (as
+an agent's hook is a process of its own). For each phase: how many calls were answered
+(HTTP 200 with the hook's JSON), how many failed and how (connection reset, no answer
+within `--call-timeout`), p50 / p99 / max of the answered ones, and the bot's open files.
+Loopback only; bounded in count and time (each phase at most `--calls` x `--call-timeout`).
+One JSON line at the end.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench.common import free_port, machine, redis_server, summarize_ms, table
+from bench.common import free_port, machine, recv, redis_server, spawn, summarize_ms, table
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "bench-idle-token"
@@ -106,12 +109,12 @@ async def hook_call(port: int, n: int, within: float) -> tuple[str, float]:
 
 
 class Idle:
-    """`count` idle TCP connections to the bot; with `reopen`, each is opened again as soon as
-    the bot closes it."""
+    """`count` idle TCP connections to the bot; with `reopen`, each is opened again
+    `reopen_after` seconds after the bot closes it."""
 
-    def __init__(self, port: int, count: int) -> None:
-        self.port, self.count = port, count
-        self.reopen = False
+    def __init__(self, port: int, count: int, reopen_after: float) -> None:
+        self.port, self.count, self.reopen_after = port, count, reopen_after
+        self.reopen = asyncio.Event()
         self.opened = 0
         self.closed_by_bot = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -139,14 +142,38 @@ class Idle:
                 self.closed_by_bot += 1
             finally:
                 writer.close()
-            while not self.reopen:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.005)  # an attacker's pace, bounded: about 200/s per socket
+            await self.reopen.wait()
+            await asyncio.sleep(self.reopen_after)
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def attacker(conn: Connection, port: int, count: int, reopen_after: float) -> None:
+    """The idle connections, in a process of their own (the agent making hook calls is
+    another process: its event loop does not wait behind the attacker's). Commands on `conn`:
+    'reopen', 'stop' (answered with the counts)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, count + 256)), hard))
+
+    async def run() -> None:
+        idle = Idle(port, count, reopen_after)
+        await idle.start()
+        conn.send("held")
+        loop = asyncio.get_running_loop()
+        while True:
+            command = await loop.run_in_executor(None, conn.recv)
+            if command == "reopen":
+                idle.reopen.set()
+                conn.send("reopening")
+            else:
+                await idle.stop()
+                conn.send({"opened": idle.opened, "closed_by_bot": idle.closed_by_bot})
+                return
+
+    asyncio.run(run())
 
 
 def open_files(pid: int) -> int:
@@ -212,18 +239,25 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
             preexec_fn=low_limit,
             stderr=subprocess.DEVNULL if args.quiet_bot else None,
         )
-        idle = Idle(port, args.connections)
+        counts: dict[str, int] = {}
+        child = None
         try:
             await wait_listening(proc, port)
             phases = [await phase("quiet", port, proc.pid, args.calls, args.call_timeout)]
-            await idle.start()
+            child, commands = spawn(attacker, port, args.connections, args.reopen_after)
+            assert await recv(commands, 90) == "held"
             await asyncio.sleep(1.0)  # let the bot take what it takes
             phases.append(await phase("held", port, proc.pid, args.calls, args.call_timeout))
-            idle.reopen = True
+            commands.send("reopen")
+            assert await recv(commands, 30) == "reopening"
             await asyncio.sleep(1.0)
             phases.append(await phase("reopened", port, proc.pid, args.calls, args.call_timeout))
+            commands.send("stop")
+            counts = await recv(commands, 60)
         finally:
-            await idle.stop()
+            if child is not None:
+                child.terminate()
+                child.join(10)
             proc.terminate()
             try:
                 await asyncio.to_thread(proc.wait, 20)
@@ -236,8 +270,9 @@ async def main_async(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "bot": args.cwd or str(REPO),
         "nofile": args.nofile,
         "idle_connections": args.connections,
-        "idle_opened": idle.opened,
-        "idle_closed_by_bot": idle.closed_by_bot,
+        "reopen_after": args.reopen_after,
+        "idle_opened": counts.get("opened"),
+        "idle_closed_by_bot": counts.get("closed_by_bot"),
         "phases": phases,
     }
 
@@ -264,8 +299,8 @@ def print_report(result: dict[str, Any]) -> None:
         )
     print(table(["phase", "answered", "p50 ms", "p99 ms", "max ms", "bot fds", "failed"], rows))
     print(
-        f"idle connections opened {result['idle_opened']:,}, "
-        f"closed by the bot {result['idle_closed_by_bot']:,}"
+        f"idle connections opened {result['idle_opened'] or 0:,}, "
+        f"closed by the bot {result['idle_closed_by_bot'] or 0:,}"
     )
 
 
@@ -275,6 +310,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nofile", type=int, default=256, help="the bot's RLIMIT_NOFILE (256)")
     p.add_argument("--calls", type=int, default=50, help="hook calls per phase (50)")
     p.add_argument("--call-timeout", type=float, default=5.0, help="seconds per call (5)")
+    p.add_argument(
+        "--reopen-after",
+        type=float,
+        default=0.1,
+        help="reopened phase: seconds before an idle connection the bot closed is opened again",
+    )
     p.add_argument("--cwd", help="run the bot of another checkout (its directory)")
     p.add_argument("--redis-url", help="Redis to use (default: a throwaway server)")
     p.add_argument("--quiet-bot", action="store_true", help="drop the bot's stderr")

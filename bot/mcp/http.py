@@ -10,6 +10,8 @@ connections and follow the same policy.
 
 Sessions live in the replica that created them (the SDK keeps them in memory):
 behind a load balancer, route `/mcp` with sticky sessions (`Mcp-Session-Id`).
+Bodies are read plain (a compressed one is 415, `bot/http/connections.py`); one that
+does not arrive in time drops the connection.
 Why not the `aiohttp-asgi` package: after the body its `receive()` returns an
 empty body at once, forever, so the SDK's disconnect watcher would spin a core
 for as long as a call waits for a reviewer.
@@ -32,6 +34,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from approvals._internal.transports import ServiceTransport
 from approvals.client import ApprovalClient
 from bot.core.context import BotContext
+from bot.http.api import APIError
+from bot.http.connections import BodyTimeout, content_encoding
 from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ApprovalsServer, ServerOptions
 from bot.mcp.stdio import repair_line
@@ -84,8 +88,13 @@ async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
         nonlocal body_done
         if not body_done:
             # One piece (the SDK caps its size): lone surrogates repaired as on stdio.
-            body = await request.read()
             body_done = True
+            try:
+                body = await request.read()
+            except BodyTimeout:  # too slow to send it: drop the connection
+                if request.transport is not None:
+                    request.transport.close()
+                return {"type": "http.disconnect"}
             if body:
                 body = repair_line(body.decode("utf-8", "replace")).encode()
             return {"type": "http.request", "body": body, "more_body": False}
@@ -156,6 +165,14 @@ class McpEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
+        encoding = content_encoding(request)
+        if encoding is not None:
+            raise APIError(
+                415,
+                "unsupported_encoding",
+                f"the request body is compressed (Content-Encoding: {encoding}); "
+                "send it uncompressed",
+            )
         if self._task is None or self._task.done():
             raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
         return await asgi_call(self.manager.handle_request, request)
