@@ -47,6 +47,7 @@ from bot.http.connections import (
     GuardedSite,
     HttpLimits,
     body_deadline,
+    trust,
 )
 from bot.http.principals import Principals
 from bot.masking.masker import outbound
@@ -54,7 +55,7 @@ from bot.ops import embedded_redis, redis_location
 from bot.ops.metrics import CONTENT_TYPE, METRICS
 from bot.slack import link as slack_link
 from bot.slack import listeners
-from bot.slack.bolt_requests import to_bolt_request
+from bot.slack.bolt_requests import SlackSignature, to_bolt_request
 from bot.slack.client import MaskingWebClient
 from bot.slack.delivery.dispatcher import Dispatcher, DispatcherOptions
 from bot.slack.delivery.reminders import Reminders
@@ -210,7 +211,12 @@ class Bot:
             self.listeners = listeners.register(self.bolt, self.ctx)
         # In Socket Mode, interactions arrive over the socket: the HTTP endpoint (which then
         # has no signing secret to check) must not accept any.
-        self.web = build_web_app(self.ctx, None if cfg.slack_app_token else self.bolt, cfg.http)
+        self.web = build_web_app(
+            self.ctx,
+            None if cfg.slack_app_token else self.bolt,
+            cfg.http,
+            cfg.slack_signing_secret,
+        )
         self.runner = web.AppRunner(self.web, **cfg.http.server_options())
         await self.runner.setup()
         self.guard = self.web[CONNECTION_GUARD]
@@ -361,11 +367,16 @@ class _DropMessage(logging.Filter):
 
 
 def build_web_app(
-    ctx: BotContext, bolt: AsyncApp | None, limits: HttpLimits | None = None
+    ctx: BotContext,
+    bolt: AsyncApp | None,
+    limits: HttpLimits | None = None,
+    signing_secret: str | None = None,
 ) -> web.Application:
-    """The aiohttp app: /slack/events (bolt), the agent API, /healthz and /metrics; with its
-    `ConnectionGuard` (`CONNECTION_GUARD`) for the site `Bot.start` opens."""
+    """The aiohttp app: /slack/events (Slack's signature checked with `signing_secret`, then
+    bolt), the agent API, /healthz and /metrics; with its `ConnectionGuard`
+    (`CONNECTION_GUARD`) for the site `Bot.start` opens."""
     limits = limits or HttpLimits()
+    signature = SlackSignature(signing_secret)
     app = web.Application(
         # The body deadline outside: inside, it would hide the long-poll handler's mark from
         # `error_middleware` (and add a frame to every parked long-poll).
@@ -383,7 +394,23 @@ def build_web_app(
             return web.json_response(
                 {"error": {"code": "slack_not_configured", "message": message}}, status=503
             )
-        response = await bolt.async_dispatch(await to_bolt_request(request))
+        raw = await request.read()
+        why = signature.check(
+            raw,
+            request.headers.get("X-Slack-Request-Timestamp"),
+            request.headers.get("X-Slack-Signature"),
+        )
+        if why is not None:
+            # One line, never the body (bolt would log all of it, at INFO, for each).
+            log.info("slack request refused: %s (%d bytes)", why, len(raw))
+            return web.json_response({"error": "invalid request"}, status=401)
+        trust(request)
+        try:
+            bolt_request = await to_bolt_request(request, raw.decode("utf-8"))
+        except ValueError as e:  # signed, yet not what Slack sends
+            log.warning("slack request unreadable: %s", type(e).__name__)
+            return web.json_response({"error": "unreadable request"}, status=400)
+        response = await bolt.async_dispatch(bolt_request)
         if response.body and response.body.lstrip().startswith("{"):
             # An ack() with a payload (modal errors, a view) is a way to Slack too.
             with contextlib.suppress(ValueError):

@@ -117,4 +117,6 @@ async def test_an_approved_call_reaches_the_upstream_once(
 ) -> None:
     is_error, text = await call_through_proxy(ctx, approve, WaitOptions(progress_interval=0.05))
     assert (is_error, text) == (False, "deleted /srv/db")
-    assert upstream_calls(upstream_log) == [{"tool": "delete_file", "arguments": {"path": "/srv/db"}}]
+    assert upstream_calls(upstream_log) == [
+        {"tool": "delete_file", "arguments": {"path": "/srv/db"}}
+    ]

@@ -23,7 +23,11 @@ BASE_EVENT: dict[str, Any] = {
     "path": "/home/dev/project/Makefile",
     "permissions": {"mode": "acceptEdits"},
 }
-BASE_CONFIG: dict[str, Any] = {"kind": "choice", "options": ("staging", "prod"), "prompt": "Deploy?"}
+BASE_CONFIG: dict[str, Any] = {
+    "kind": "choice",
+    "options": ("staging", "prod"),
+    "prompt": "Deploy?",
+}
 BASE_REQUEST: dict[str, Any] = {"principal": "agent-a", "requested_route": "ops"}
 
 #: Every field the fingerprint covers, with another value for it. The event's other fields
