@@ -36,9 +36,9 @@ So:
 
 The guard reads a few attributes of aiohttp's `RequestHandler` (`_request_count`,
 `_request_in_progress`, `_next_keepalive_close_time`: when the connection began, less the
-idle timeout) and its server's registry (`_connections`); with another aiohttp
-they may be missing, and then it closes nothing it cannot judge (tests/bot/http/
-test_connections.py checks the installed version has them).
+idle timeout) and its server's registry (`_connections`); with another aiohttp they may be
+missing, and then it closes nothing it cannot judge (a test in
+`tests/bot/http/test_connections.py` checks the installed version has them).
 """
 
 from __future__ import annotations
