@@ -58,6 +58,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="the environment variable holding the HTTP upstream's bearer token",
     )
     p.add_argument(
+        "--pass-env",
+        metavar="VAR[,VAR…]",
+        action="append",
+        default=[],
+        help="pass this variable of the environment to the upstream command (repeatable); it "
+        "gets only PATH, HOME, the locale and the like otherwise (docs/mcp-proxy.md)",
+    )
+    p.add_argument(
         "--mark-gated",
         action="store_true",
         help="say in tools/list descriptions which tools need approval",
@@ -132,7 +140,12 @@ async def _proxy(
         raise UsageError(
             "give the upstream server as `-- COMMAND [ARGS…]` or as --upstream-url URL"
         )
-    upstream = Upstream(command=command, url=args.upstream_url, bearer_env=args.upstream_bearer_env)
+    upstream = Upstream(
+        command=command,
+        url=args.upstream_url,
+        bearer_env=args.upstream_bearer_env,
+        pass_env=_pass_env(args.pass_env),
+    )
     options = ProxyOptions(
         name=args.name or upstream.default_name(),
         route=args.route,
@@ -143,6 +156,22 @@ async def _proxy(
     listen = _listen(args) if args.listen else None
     async with open_client(settings) as client:
         return await run_proxy(upstream, client, options, listen)
+
+
+def _pass_env(given: list[str]) -> tuple[str, ...]:
+    """`--pass-env` names: valid variable names, never the approval or Slack credentials."""
+    from bot.mcp.upstream import ENV_NAME, is_private
+
+    names = [n.strip() for value in given for n in value.split(",") if n.strip()]
+    for name in names:
+        if not ENV_NAME.fullmatch(name):
+            raise UsageError(f"--pass-env wants variable names, not {name!r}")
+        if is_private(name):
+            raise UsageError(
+                f"--pass-env {name}: APPROVALS_*, SLACK_* and REDIS_URL are never passed to "
+                "the upstream (with them it could decide its own calls)"
+            )
+    return tuple(dict.fromkeys(names))
 
 
 def _listen(args: argparse.Namespace) -> Any:

@@ -41,13 +41,21 @@ from approvals._internal.store.waiting import Waiter
 from bot.core.context import BotContext
 from bot.core.shutdown import Drained, unless_draining
 from bot.http import api
+from bot.http.connections import (
+    CONNECTION_GUARD,
+    ConnectionGuard,
+    GuardedSite,
+    HttpLimits,
+    body_deadline,
+    trust,
+)
 from bot.http.principals import Principals
 from bot.masking.masker import outbound
 from bot.ops import embedded_redis, redis_location
 from bot.ops.metrics import CONTENT_TYPE, METRICS
 from bot.slack import link as slack_link
 from bot.slack import listeners
-from bot.slack.bolt_requests import to_bolt_request
+from bot.slack.bolt_requests import SlackSignature, to_bolt_request
 from bot.slack.client import MaskingWebClient
 from bot.slack.delivery.dispatcher import Dispatcher, DispatcherOptions
 from bot.slack.delivery.reminders import Reminders
@@ -99,6 +107,8 @@ class BotConfig:
     slack_timeout: float = 30.0
     #: Seconds a SIGTERM waits for work in hand before stopping (`bot/core/shutdown.py`).
     shutdown_grace: float = 10.0
+    #: The HTTP server's read timeouts and connection cap (`bot/http/connections.py`).
+    http: HttpLimits = field(default_factory=HttpLimits)
 
     @property
     def slack_enabled(self) -> bool:
@@ -129,6 +139,7 @@ class Bot:
         self.listeners: listeners.Listeners | None = None
         self.web: web.Application | None = None
         self.runner: web.AppRunner | None = None
+        self.guard: ConnectionGuard | None = None
         self.dispatcher: Dispatcher | None = None
         self.home: HomePublisher | None = None
         self.reminders: Reminders | None = None
@@ -200,10 +211,16 @@ class Bot:
             self.listeners = listeners.register(self.bolt, self.ctx)
         # In Socket Mode, interactions arrive over the socket: the HTTP endpoint (which then
         # has no signing secret to check) must not accept any.
-        self.web = build_web_app(self.ctx, None if cfg.slack_app_token else self.bolt)
-        self.runner = web.AppRunner(self.web, access_log=None)
+        self.web = build_web_app(
+            self.ctx,
+            None if cfg.slack_app_token else self.bolt,
+            cfg.http,
+            cfg.slack_signing_secret,
+        )
+        self.runner = web.AppRunner(self.web, **cfg.http.server_options())
         await self.runner.setup()
-        site = web.TCPSite(self.runner, cfg.host, cfg.port, backlog=LISTEN_BACKLOG)
+        self.guard = self.web[CONNECTION_GUARD]
+        site = GuardedSite(self.runner, cfg.host, cfg.port, self.guard, backlog=LISTEN_BACKLOG)
         try:
             await site.start()
         except OSError as e:
@@ -272,6 +289,8 @@ class Bot:
     async def stop(self) -> None:
         # Each step is bounded: with Redis frozen, a part's last command (leaving the consumer
         # group, unsubscribing) would otherwise wait for ever.
+        if self.guard is not None:
+            self.guard.close()
         steps: list[tuple[str, Any]] = []
         for name, part in (
             ("slack link", self.slack_link),  # also closes the socket
@@ -347,9 +366,23 @@ class _DropMessage(logging.Filter):
         return record.getMessage() != self.drops
 
 
-def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
-    """The aiohttp app: /slack/events (bolt), the agent API, /healthz and /metrics."""
-    app = web.Application(middlewares=[api.error_middleware], client_max_size=ctx.max_body_bytes)
+def build_web_app(
+    ctx: BotContext,
+    bolt: AsyncApp | None,
+    limits: HttpLimits | None = None,
+    signing_secret: str | None = None,
+) -> web.Application:
+    """The aiohttp app: /slack/events (Slack's signature checked with `signing_secret`, then
+    bolt), the agent API, /healthz and /metrics; with its `ConnectionGuard`
+    (`CONNECTION_GUARD`) for the site `Bot.start` opens."""
+    limits = limits or HttpLimits()
+    signature = SlackSignature(signing_secret)
+    app = web.Application(
+        # The body deadline outside: inside, it would hide the long-poll handler's mark from
+        # `error_middleware` (and add a frame to every parked long-poll).
+        middlewares=[body_deadline(limits.body_timeout), api.error_middleware],
+        client_max_size=ctx.max_body_bytes,
+    )
 
     async def slack_events(request: web.Request) -> web.Response:
         if bolt is None:
@@ -361,7 +394,23 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
             return web.json_response(
                 {"error": {"code": "slack_not_configured", "message": message}}, status=503
             )
-        response = await bolt.async_dispatch(await to_bolt_request(request))
+        raw = await request.read()
+        why = signature.check(
+            raw,
+            request.headers.get("X-Slack-Request-Timestamp"),
+            request.headers.get("X-Slack-Signature"),
+        )
+        if why is not None:
+            # One line, never the body (bolt would log all of it, at INFO, for each).
+            log.info("slack request refused: %s (%d bytes)", why, len(raw))
+            return web.json_response({"error": "invalid request"}, status=401)
+        trust(request)
+        try:
+            bolt_request = await to_bolt_request(request, raw.decode("utf-8"))
+        except ValueError as e:  # signed, yet not what Slack sends
+            log.warning("slack request unreadable: %s", type(e).__name__)
+            return web.json_response({"error": "unreadable request"}, status=400)
+        response = await bolt.async_dispatch(bolt_request)
         if response.body and response.body.lstrip().startswith("{"):
             # An ack() with a payload (modal errors, a view) is a way to Slack too.
             with contextlib.suppress(ValueError):
@@ -405,6 +454,7 @@ def build_web_app(ctx: BotContext, bolt: AsyncApp | None) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     handlers = api.add_routes(app, ctx)
+    app[CONNECTION_GUARD] = ConnectionGuard(limits, parked=lambda: handlers.parking.parked)
     from bot.mcp.http import add_routes as add_mcp_routes  # the MCP SDK loads only for serve
 
     add_mcp_routes(app, ctx, handlers.authorize, lambda h: handlers.principals.authenticate(h))

@@ -48,7 +48,8 @@ from approvals.integrations.hook_input import (
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
 from bot.core.context import BotContext
 from bot.core.shutdown import HOOK_DENY, Drained, unless_draining
-from bot.http.principals import AuthProblem, Principals
+from bot.http.connections import BodyTimeout, content_encoding, trust
+from bot.http.principals import AuthProblem, Principal, Principals
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +57,27 @@ _CHUNK = 64 * 1024
 
 
 async def read_body(request: web.Request, limit: int = MAX_HOOK_BODY_BYTES) -> HookBody:
-    """Read at most `limit` bytes of the body; never raises for what the client sent."""
-    if request.content_length is not None and request.content_length > limit:
-        return too_large(await request.content.read(_CHUNK), request.content_length, limit)
-    body = bytearray()
-    async for chunk in request.content.iter_chunked(_CHUNK):
-        body.extend(chunk)
-        if len(body) > limit:
-            return too_large(bytes(body[:_CHUNK]), None, limit)
+    """Read at most `limit` bytes of the body; never raises for what the client sent: a
+    compressed body (the server reads bodies plain: `bot/http/connections.py`) or one that
+    does not arrive in time is a `problem`, as one too large or not JSON."""
+    encoding = content_encoding(request)
+    if encoding is not None:
+        return HookBody(
+            None,
+            None,
+            f"the hook input is compressed (Content-Encoding: {encoding}); "
+            "the bot reads it uncompressed only",
+        )
+    try:
+        if request.content_length is not None and request.content_length > limit:
+            return too_large(await request.content.read(_CHUNK), request.content_length, limit)
+        body = bytearray()
+        async for chunk in request.content.iter_chunked(_CHUNK):
+            body.extend(chunk)
+            if len(body) > limit:
+                return too_large(bytes(body[:_CHUNK]), None, limit)
+    except BodyTimeout as e:
+        return HookBody(None, None, f"the hook input did not arrive in time ({e})")
     return read_hook_body(bytes(body), limit)
 
 
@@ -85,10 +99,13 @@ class AgentHook:
         shape: Any = "PreToolUse"
         problems: list[str] = []  # each in one plain line, for `PROBLEM_HEADER`
         try:
+            # The token first: an authenticated connection is the last closed for room while
+            # its body arrives and its call waits (bot/http/connections.py).
+            caller = self.authenticate(request)
             body = await read_body(request)
             shape = body.shape
             output = await unless_draining(
-                self.ctx.draining, self.answer(request, body, problems.append)
+                self.ctx.draining, self.answer(request, body, caller, problems.append)
             )
         except Drained:
             output = deny(shape, HOOK_DENY)  # fail closed: the agent reads why
@@ -106,8 +123,21 @@ class AgentHook:
             response.headers[PROBLEM_HEADER] = header_text("; ".join(problems))
         return response
 
+    def authenticate(self, request: web.Request) -> Principal | AuthProblem:
+        """The caller's principal (its connection trusted), or why it has none."""
+        try:
+            principal = self.principals().authenticate(request.headers.get("Authorization"))
+        except AuthProblem as e:
+            return e
+        trust(request)
+        return principal
+
     async def answer(
-        self, request: web.Request, body: HookBody, report: Callable[[str], None]
+        self,
+        request: web.Request,
+        body: HookBody,
+        caller: Principal | AuthProblem,
+        report: Callable[[str], None],
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -117,12 +147,11 @@ class AgentHook:
             log.info("hook input refused problem=%s", body.problem)
             report(f"{body.problem}; denied")
             return deny(body.shape, f"Approval service error: {body.problem}")
-        try:
-            principal = self.principals().authenticate(request.headers.get("Authorization"))
-        except AuthProblem as e:
-            log.info("hook refused code=%s", e.code)
-            report(f"{e.message}; denied")
-            return deny(body.shape, f"Approval service refused the hook: {e.message}")
+        if isinstance(caller, AuthProblem):
+            log.info("hook refused code=%s", caller.code)
+            report(f"{caller.message}; denied")
+            return deny(body.shape, f"Approval service refused the hook: {caller.message}")
+        principal = caller
         hook_timeout = clamp_timeout(request.query.get("timeout"), default=DEFAULT_HOOK_TIMEOUT)
         asked = request.query.get("on_timeout")
         on_timeout: OnTimeout = next((m for m in ON_TIMEOUT if m == asked), "deny")

@@ -55,6 +55,7 @@ from approvals.models import ApprovalRequest
 from bot.core.context import BotContext
 from bot.core.shutdown import Drained, shutting_down_response
 from bot.http.agent_hooks import AgentHook
+from bot.http.connections import BodyTimeout, content_encoding, trust
 from bot.http.parked import Answer, Parking
 from bot.http.principals import AuthProblem, Principal, Principals
 from bot.http.schemas import (
@@ -137,6 +138,8 @@ def mapped_error(e: Exception, method: str, path: str, metrics: Metrics | None) 
         return error_response(e.status, code, message, headers=kept or None)
     if isinstance(e, APIError):
         return error_response(e.status, e.code, e.message, e.details, e.headers)
+    if isinstance(e, BodyTimeout):  # the connection closes after this answer
+        return error_response(408, "body_timeout", str(e))
     if isinstance(e, ApprovalError):
         log.info("api refused method=%s path=%s code=%s", method, path, e.code)
         if isinstance(e, StoreUnavailable) and metrics is not None:
@@ -199,8 +202,15 @@ async def read_json(
 ) -> Any:
     """The JSON body, read at most `limit` bytes: 413 past it, 400 if it is not JSON (or empty
     when `required`; an empty optional body is None), 422 if it nests deeper than
-    `max_depth`. Lone surrogates in strings are read as U+FFFD
-    (`approvals.integrations.hook_input`)."""
+    `max_depth`, 415 if it is compressed (read plain only: `bot/http/connections.py`). Lone
+    surrogates in strings are read as U+FFFD (`approvals.integrations.hook_input`)."""
+    encoding = content_encoding(request)
+    if encoding is not None:
+        raise APIError(
+            415,
+            "unsupported_encoding",
+            f"the request body is compressed (Content-Encoding: {encoding}); send it uncompressed",
+        )
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)
     body = bytearray()
@@ -299,12 +309,14 @@ class ApprovalsAPI:
         """The caller's principal, from its bearer token (401 none, 403 wrong, 503 none
         configured)."""
         try:
-            return self.principals.authenticate(request.headers.get("Authorization"))
+            principal = self.principals.authenticate(request.headers.get("Authorization"))
         except AuthProblem as e:
             headers = (
                 {"WWW-Authenticate": 'Bearer realm="approval-bot"'} if e.status == 401 else None
             )
             raise APIError(e.status, e.code, e.message, headers=headers) from None
+        trust(request)  # the last connection to close for room (bot/http/connections.py)
+        return principal
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(self.document)

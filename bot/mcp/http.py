@@ -10,6 +10,11 @@ connections and follow the same policy.
 
 Sessions live in the replica that created them (the SDK keeps them in memory):
 behind a load balancer, route `/mcp` with sticky sessions (`Mcp-Session-Id`).
+A session belongs to the principal whose token opened it: each request carries its
+principal to the SDK as the ASGI scope's `user`, and the SDK answers another principal's
+use of the session id (a call, a stream, a DELETE) 404, as for an unknown session.
+Bodies are read plain (a compressed one is 415, `bot/http/connections.py`); one that
+does not arrive in time drops the connection.
 Why not the `aiohttp-asgi` package: after the body its `receive()` returns an
 empty body at once, forever, so the SDK's disconnect watcher would spin a core
 for as long as a call waits for a reviewer.
@@ -26,12 +31,16 @@ from typing import Any
 
 import anyio
 from aiohttp import web
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from approvals._internal.transports import ServiceTransport
 from approvals.client import ApprovalClient
 from bot.core.context import BotContext
+from bot.http.api import APIError
+from bot.http.connections import BodyTimeout, content_encoding
 from bot.mcp.reviewer_wait import WaitOptions
 from bot.mcp.server import ApprovalsServer, ServerOptions
 from bot.mcp.stdio import repair_line
@@ -58,8 +67,8 @@ class BotTransport(ServiceTransport):
         self.principal = principal
 
 
-def _scope(request: web.Request) -> Scope:
-    return {
+def _scope(request: web.Request, principal: str | None = None) -> Scope:
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": f"{request.version.major}.{request.version.minor}",
@@ -73,10 +82,17 @@ def _scope(request: web.Request) -> Scope:
         "client": (request.remote or "", 0),
         "server": (request.host, None),
     }
+    if principal is not None:
+        # Who the SDK binds a new session to, and checks every later use of it against.
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
+    return scope
 
 
-async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
-    """Run `request` through the ASGI `app`; the streamed aiohttp response it produced."""
+async def asgi_call(
+    app: ASGIApp, request: web.Request, principal: str | None = None
+) -> web.StreamResponse:
+    """Run `request` (made by `principal`, if known) through the ASGI `app`; the streamed
+    aiohttp response it produced."""
     response: web.StreamResponse | None = None
     body_done = False
 
@@ -84,8 +100,13 @@ async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
         nonlocal body_done
         if not body_done:
             # One piece (the SDK caps its size): lone surrogates repaired as on stdio.
-            body = await request.read()
             body_done = True
+            try:
+                body = await request.read()
+            except BodyTimeout:  # too slow to send it: drop the connection
+                if request.transport is not None:
+                    request.transport.close()
+                return {"type": "http.disconnect"}
             if body:
                 body = repair_line(body.decode("utf-8", "replace")).encode()
             return {"type": "http.request", "body": body, "more_body": False}
@@ -117,7 +138,7 @@ async def asgi_call(app: ASGIApp, request: web.Request) -> web.StreamResponse:
             except ConnectionResetError as e:  # the client left: ASGI says OSError
                 raise OSError("client disconnected") from e
 
-    await app(_scope(request), receive, send)
+    await app(_scope(request, principal), receive, send)
     if response is None:
         if request.transport is None or request.transport.is_closing():
             return web.Response(status=204)  # the client left; nobody reads this
@@ -155,10 +176,18 @@ class McpEndpoint:
         return ApprovalClient(BotTransport(self.ctx, principal=principal.name))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.authorize(request)
+        principal = self.authorize(request)
+        encoding = content_encoding(request)
+        if encoding is not None:
+            raise APIError(
+                415,
+                "unsupported_encoding",
+                f"the request body is compressed (Content-Encoding: {encoding}); "
+                "send it uncompressed",
+            )
         if self._task is None or self._task.done():
             raise web.HTTPServiceUnavailable(reason="the MCP endpoint is not running")
-        return await asgi_call(self.manager.handle_request, request)
+        return await asgi_call(self.manager.handle_request, request, principal.name)
 
     async def start(self) -> None:
         """Run the session manager in a task of its own (its task group must enter and exit

@@ -16,9 +16,10 @@ policy and Slack.
 - Upstream notifications are relayed to the client; upstream progress for a
   forwarded call is relayed (offset so it keeps increasing); a cancelled call
   withdraws its request or, once forwarded, cancels the upstream call.
-- The upstream (`bot/mcp/upstream.py`) gets this process's environment minus the
-  approval and Slack credentials. When it exits, calls answer with an error naming
-  that, and the proxy exits (status 1).
+- The upstream (`bot/mcp/upstream.py`) gets a scrubbed environment (PATH, HOME, the
+  locale, and what `--pass-env` names; never the approval, Slack or Redis settings), and
+  this process is made non-dumpable first. When it exits, calls answer with an error
+  naming that, and the proxy exits (status 1).
 """
 
 from __future__ import annotations

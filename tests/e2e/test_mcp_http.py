@@ -191,3 +191,46 @@ async def test_a_lone_surrogate_over_http_is_read_and_asked(
     ]
     payload = json.loads(json.loads(data)["result"]["content"][0]["text"])
     assert payload == {"behavior": "deny", "message": "Denied by <@U0BOB>: no pipes to sh"}
+
+
+async def test_a_session_id_is_only_good_with_the_token_that_opened_it(
+    make_bot: BotFactory, http: aiohttp.ClientSession
+) -> None:
+    """Bob's token cannot use, stream from or end Alice's session: each is a 404, exactly as
+    for an unknown session id, and her session goes on working."""
+    bot = await make_bot(with_slack=False, api_tokens=("alice:tok-alice", "bob:tok-bob"))
+    url = f"http://127.0.0.1:{bot.port}/mcp"
+    accept = {"Accept": "application/json, text/event-stream"}
+    alice = {**accept, "Authorization": "Bearer tok-alice"}
+    bob = {**accept, "Authorization": "Bearer tok-bob"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "claude-code", "version": "2.1.0"},
+        },
+    }
+    async with http.post(url, json=initialize, headers=alice) as resp:
+        assert resp.status == 200, await resp.text()
+        session = resp.headers["Mcp-Session-Id"]
+        await resp.read()
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    async with http.post(url, json=initialized, headers={**alice, "Mcp-Session-Id": session}) as r:
+        assert r.status == 202
+    theirs = {**bob, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-06-18"}
+    async with http.post(url, json=listing, headers=theirs) as resp:
+        assert resp.status == 404, await resp.text()
+    async with http.get(url, headers=theirs) as resp:
+        assert resp.status == 404
+    async with http.delete(url, headers=theirs) as resp:
+        assert resp.status == 404
+    own = {**alice, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-06-18"}
+    async with http.post(url, json=listing, headers=own) as resp:
+        assert resp.status == 200
+        assert "permission_prompt" in await resp.text()
+    async with http.delete(url, headers=own) as resp:
+        assert resp.status in (200, 204)

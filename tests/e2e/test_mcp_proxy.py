@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -50,7 +51,16 @@ def text(result: Any) -> str:
 
 def proxy(env: dict[str, str], *flags: str) -> Any:
     return approval_bot(
-        "mcp-proxy", "--name", "files", "--progress-interval", "0.1", *flags, *UPSTREAM, env=env
+        "mcp-proxy",
+        "--name",
+        "files",
+        "--progress-interval",
+        "0.1",
+        "--pass-env",
+        "UPSTREAM_LOG",  # where the test upstream records its calls
+        *flags,
+        *UPSTREAM,
+        env=env,
     )
 
 
@@ -353,3 +363,55 @@ async def test_listen_without_a_token_does_not_start(redis_url: str, keys: Keys)
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert "--listen needs a bearer token" in err.decode()
+
+
+async def test_the_upstream_gets_a_scrubbed_environment_and_cannot_read_the_proxys(
+    redis_url: str, keys: Keys, upstream_log: Path, tmp_path: Path
+) -> None:
+    """The upstream sees PATH, HOME, the locale and what --pass-env names: not the approval,
+    Slack or Redis settings, not other credentials of the proxy's environment, and not the
+    proxy's own /proc/<pid>/environ (the proxy is non-dumpable)."""
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(
+        "routes:\n  default:\n    channel: C0APPROVALS\n"
+        "rules:\n  - name: env\n    match: {tool: 'mcp__files__environment'}\n    action: allow\n"
+    )
+    github = "ghp_" + "Zt7Qw2Er9Ty4Ui1Op6As3Df8Gh5Jk0Lz2Xc4"
+    env = agent_env(
+        redis_url,
+        keys,
+        UPSTREAM_LOG=str(upstream_log),
+        APPROVALS_POLICY_FILE=str(policy_file),
+        APPROVALS_TOKEN="tok-" + "4f1b9c2e7d3a8b6c",
+        SLACK_WEBHOOK_URL="https://hooks.slack.com/services/T0EMULATED/B0HOOK/AbCdEfGhIjKlMnOpQrStUvWx",
+        AWS_SECRET_ACCESS_KEY="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        GITHUB_PERSONAL_ACCESS_TOKEN=github,
+    )
+    params = proxy(env, "--pass-env", "GITHUB_PERSONAL_ACCESS_TOKEN")
+    async with Client(params, mode="legacy") as client:
+        async with asyncio.timeout(15):
+            seen = json.loads(text(await client.call_tool("environment", {})))
+    names = set(seen["names"])
+    assert "GITHUB_PERSONAL_ACCESS_TOKEN" in names and "UPSTREAM_LOG" in names
+    assert "PATH" in names
+    for private in ("APPROVALS_TOKEN", "APPROVALS_PREFIX", "REDIS_URL", "SLACK_WEBHOOK_URL"):
+        assert private not in names, private
+    assert "AWS_SECRET_ACCESS_KEY" not in names, "a credential nobody passed reached it"
+    # The proxy is non-dumpable (tests/bot/mcp/test_mcp_upstream.py checks the flag): a
+    # process of the same user cannot read its environ. Root reads it anyway.
+    if sys.platform.startswith("linux") and os.geteuid() != 0:
+        assert seen["parent"] == {"readable": False, "error": "PermissionError"}, seen["parent"]
+
+
+@pytest.mark.parametrize("name", ["APPROVALS_TOKEN", "REDIS_URL", "slack_bot_token", "A B"])
+async def test_pass_env_refuses_the_approval_settings(
+    redis_url: str, keys: Keys, name: str
+) -> None:
+    params = proxy(agent_env(redis_url, keys), "--pass-env", name)
+    proc = await asyncio.create_subprocess_exec(
+        params.command, *params.args, env=params.env, cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "--pass-env" in err.decode()

@@ -71,6 +71,19 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+def environment() -> str:
+    """What this process sees of its own environment and of its parent's (the proxy's)."""
+    record("environment", {})
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+            entries = f.read().decode("utf-8", "replace").split("\0")
+        parent = {"readable": True, "names": sorted(e.partition("=")[0] for e in entries if e)}
+    except OSError as e:
+        parent = {"readable": False, "error": type(e).__name__}
+    return json.dumps({"names": sorted(os.environ), "parent": parent})
+
+
 @server.resource("file://readme")
 def readme() -> str:
     """The readme."""

@@ -640,3 +640,83 @@ async def test_cli_lists_failed_deliveries_retries_one_and_shows_and_rotates_the
 
 def sample(ctx: BotContext, name: str) -> float:
     return ctx.metrics.registry.get_sample_value(name) or 0.0
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {"APPROVALS_TOKEN": "test-token"},  # the token this CLI uses: a bare one
+        {"APPROVALS_API_TOKENS": "test-token"},  # the bot's only token
+        {"APPROVALS_TOKEN": "test-token", "APPROVALS_API_TOKENS": "ops:op-token,test-token"},
+    ],
+    ids=["token-in-use", "only-token", "token-in-use-among-several"],
+)
+async def test_webhooks_secret_prints_the_secret_a_bare_token_requests_webhook_verifies_with(
+    ctx: BotContext,
+    api_url: str,
+    start_worker: Start,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    configured: dict[str, str],
+) -> None:
+    """A request made over the API with a bare token is signed with its principal's secret
+    (`token-<hash>`): `approval-bot webhooks secret` without `--principal` prints that one,
+    and names the principal on stderr."""
+    from bot.cli.main import main
+    from bot.core.settings import VARIABLES
+    from bot.http.principals import derived_name
+
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("APPROVALS_PREFIX", ctx.keys.prefix)
+    for name, value in configured.items():
+        monkeypatch.setenv(name, value)
+    async with WebhookReceiver() as receiver, aiohttp.ClientSession() as http:
+        await start_worker()
+        body = {
+            "tool_name": "deploy",
+            "arguments": {"env": "prod"},
+            "callback": {"url": receiver.url},
+        }
+        headers = {"Authorization": "Bearer test-token"}
+        async with http.post(f"{api_url}/v1/approvals", json=body, headers=headers) as resp:
+            assert resp.status == 201, await resp.text()
+            created = await resp.json()
+        await approve(ctx, await ctx.store.get(created["id"]))
+        (got,) = await receiver.wait_for(1)
+    assert await asyncio.to_thread(main, ["webhooks", "secret"]) == 0
+    printed = capsys.readouterr()
+    secret = printed.out.strip()
+    assert Webhook(secret).verify(got.body, got.headers)["data"]["id"] == created["id"]
+    assert derived_name("test-token") in printed.err
+    assert "test-token" not in printed.err.replace(derived_name("test-token"), "")
+
+
+async def test_webhooks_secret_asks_which_principal_when_several_could_be_meant(
+    ctx: BotContext,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bot.cli.main import main
+    from bot.core.settings import VARIABLES
+
+    for name in (*VARIABLES, "APPROVALS_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("APPROVALS_PREFIX", ctx.keys.prefix)
+    monkeypatch.setenv("APPROVALS_API_TOKENS", "ci:ci-token,deploy-bot:deploy-token")
+    assert await asyncio.to_thread(main, ["webhooks", "secret"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert "--principal" in printed.err and "ci" in printed.err and "deploy-bot" in printed.err
+    assert "ci-token" not in printed.err
+    assert await asyncio.to_thread(main, ["webhooks", "secret", "--principal", "ci"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.strip() == await WebhookSecrets(ctx.redis, ctx.keys).current("ci")
+    assert "'ci'" in printed.err
+    monkeypatch.setenv("APPROVALS_TOKEN", "not-listed-token")
+    assert await asyncio.to_thread(main, ["webhooks", "secret"]) == 2
+    assert "APPROVALS_TOKEN" in capsys.readouterr().err

@@ -151,3 +151,31 @@ async def test_a_gone_replica_is_reaped_a_live_one_is_not(redis: Redis, keys: Ke
     assert [o.deliveries for o in await survivor.owed()] == [2, 2, 2], "backoff grows"
     await alive.leave()
     assert not await survivor.holder_alive(alive.holder)
+
+
+async def test_a_request_listed_in_a_digest_is_not_posted_on_its_own(
+    store: ApprovalStore, redis: Redis, keys: Keys
+) -> None:
+    """A storm request's place this round is its digest row (digest_add.lua): begin_post
+    answers `posted` and counts no attempt, so it never gets a second set of buttons."""
+    from approvals._internal.store.digests import Digests
+
+    posting = Posting(redis, keys)
+    rid = await make(store)
+    added = await Digests(redis, keys).add(
+        rid,
+        0,
+        "C1",
+        holder="a 1",
+        max_rows=45,
+        open_seconds=60,
+        now=1.0,
+        post_lock=posting.lock(rid, 0),
+    )
+    assert added.state == "added"
+    for holder in ("a 1", "b 2"):
+        begun = await posting.begin(rid, 0, "C1", holder=holder, lock_seconds=60, now=2.0)
+        assert begun.state == "posted", holder
+    _, attempts = await posting.history(rid)
+    assert attempts == [], "an attempt was counted for a request its digest lists"
+    assert not await redis.exists(posting.lock(rid, 0))
