@@ -18,6 +18,7 @@ import pytest
 
 from approvals._internal.store.keys import Keys
 from tests.support import wait_healthy
+from tests.support.credentials import API_TOKEN
 
 REPO = Path(__file__).resolve().parents[2]
 NOFILE = 64
@@ -64,7 +65,7 @@ async def serve(redis_url: str, keys: Keys, tmp_path: Path) -> AsyncIterator[int
         REDIS_URL=redis_url,
         APPROVALS_PREFIX=keys.prefix,
         PORT=str(port),
-        APPROVALS_API_TOKENS="test-token",
+        APPROVALS_API_TOKENS=API_TOKEN,
         APPROVALS_POLICY_FILE=str(policy),
         APPROVALS_DATA_DIR=str(tmp_path),
         LOG_LEVEL="ERROR",
@@ -98,7 +99,7 @@ async def hook_call(port: int) -> bytes:
         writer.write(
             (
                 f"POST /hooks/claude-code?timeout=30 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                "Authorization: Bearer test-token\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer {API_TOKEN}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             ).encode()
             + body

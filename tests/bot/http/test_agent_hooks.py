@@ -14,9 +14,10 @@ import pytest
 
 from bot.core.app import Bot
 from bot.http import agent_hooks
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import BotFactory
 
-AUTH = {"Authorization": "Bearer test-token"}
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 PRE_TOOL_USE = {
     "hook_event_name": "PreToolUse",
     "session_id": "3f1c2a9e-5b7d-4c1e-9a8f-2d6b0e4c7a15",

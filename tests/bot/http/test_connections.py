@@ -20,9 +20,10 @@ from approvals._internal.service import Actor
 from bot.core.app import Bot
 from bot.http.connections import HttpLimits, connection_cap
 from tests.support import eventually
+from tests.support.credentials import API_TOKEN
 from tests.support.e2e import BotFactory
 
-TOKEN = "test-token"
+TOKEN = API_TOKEN
 SHORT = HttpLimits(header_timeout=0.3, idle_timeout=0.4, body_timeout=0.4)
 REVIEWER = Actor("U0REVIEWER")
 HOOK_EVENT = {

@@ -645,9 +645,12 @@ def sample(ctx: BotContext, name: str) -> float:
 @pytest.mark.parametrize(
     "configured",
     [
-        {"APPROVALS_TOKEN": "test-token"},  # the token this CLI uses: a bare one
-        {"APPROVALS_API_TOKENS": "test-token"},  # the bot's only token
-        {"APPROVALS_TOKEN": "test-token", "APPROVALS_API_TOKENS": "ops:op-token,test-token"},
+        {"APPROVALS_TOKEN": API_TOKEN},  # the token this CLI uses: a bare one
+        {"APPROVALS_API_TOKENS": API_TOKEN},  # the bot's only token
+        {
+            "APPROVALS_TOKEN": API_TOKEN,
+            "APPROVALS_API_TOKENS": f"ops:{OTHER_API_TOKEN},{API_TOKEN}",
+        },
     ],
     ids=["token-in-use", "only-token", "token-in-use-among-several"],
 )
@@ -680,7 +683,7 @@ async def test_webhooks_secret_prints_the_secret_a_bare_token_requests_webhook_v
             "arguments": {"env": "prod"},
             "callback": {"url": receiver.url},
         }
-        headers = {"Authorization": "Bearer test-token"}
+        headers = {"Authorization": f"Bearer {API_TOKEN}"}
         async with http.post(f"{api_url}/v1/approvals", json=body, headers=headers) as resp:
             assert resp.status == 201, await resp.text()
             created = await resp.json()
@@ -690,8 +693,8 @@ async def test_webhooks_secret_prints_the_secret_a_bare_token_requests_webhook_v
     printed = capsys.readouterr()
     secret = printed.out.strip()
     assert Webhook(secret).verify(got.body, got.headers)["data"]["id"] == created["id"]
-    assert derived_name("test-token") in printed.err
-    assert "test-token" not in printed.err.replace(derived_name("test-token"), "")
+    assert derived_name(API_TOKEN) in printed.err
+    assert API_TOKEN not in printed.err.replace(derived_name(API_TOKEN), "")
 
 
 async def test_webhooks_secret_asks_which_principal_when_several_could_be_meant(
