@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvals._internal.edits import check_edit, current_version, version_of
+from approvals._internal.file_changes import with_changes
 from approvals._internal.grant_scopes import Grant, ScopeOption, call_hash, offered
 from approvals._internal.policy import Policy
 from approvals._internal.slack_ids import is_user_group
@@ -128,6 +129,12 @@ class ApprovalService:
         if callback is not None:
             self.policy.callbacks.check(callback)
         config = config or ApprovalConfig()
+        try:
+            # What the call changes in files, as diffs for reviewers (a hook's translation
+            # has drawn them already, against the files as its command hook read them).
+            event = with_changes(event)
+        except Exception:  # the context explains a call; it never decides one
+            log.warning("call context left out tool=%s", event.tool_name, exc_info=True)
         if route is not None and route not in self.policy.routes:
             known = ", ".join(sorted(self.policy.routes)) or "none"
             raise InvalidRequest(
