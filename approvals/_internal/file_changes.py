@@ -21,6 +21,7 @@ or lines too long for a Slack section are summarised, never cut mid-line.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import re
@@ -41,9 +42,11 @@ from approvals.models import (
 
 #: Lines of context around each change (as `diff -u`).
 CONTEXT_LINES = 3
-#: The most line pairs `difflib` compares for one file (the changed middle, ends cut off):
-#: about 20 ms in its worst case here; past it the middle is shown removed-then-added.
+#: The most line pairs `difflib` compares for one file, over all the gaps between the
+#: anchors: about 20 ms in its worst case here; past it a gap is shown removed-then-added.
 MAX_DIFF_PAIRS = 1_000_000
+#: Files of more lines than this (old and new together) are not compared line by line.
+MAX_COMPARED_LINES = 100_000
 #: A diff line longer than this is not shown (it could not fit a 3,000-character Slack
 #: section whole): the change is summarised instead.
 MAX_LINE_CHARS = 2500
@@ -71,8 +74,10 @@ def _lines(text: str) -> list[str]:
 
 
 def _opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
-    """difflib's opcodes for `a` → `b`, with the common head and tail cut off first and the
-    middle matched only when it is at most `MAX_DIFF_PAIRS` line pairs."""
+    """difflib's opcodes for `a` → `b`, with the common head and tail cut off first. A middle
+    of more than `MAX_DIFF_PAIRS` line pairs is first split at the lines that occur once in
+    each and in the same order (patience anchors, O(n log n)), and each gap is matched alone;
+    a gap still too big is shown removed-then-added."""
     head = 0
     limit = min(len(a), len(b))
     while head < limit and a[head] == b[head]:
@@ -80,20 +85,109 @@ def _opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, in
     tail = 0
     while tail < limit - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
         tail += 1
-    mid_a, mid_b = a[head : len(a) - tail], b[head : len(b) - tail]
     ops: list[tuple[str, int, int, int, int]] = []
     if head:
         ops.append(("equal", 0, head, 0, head))
-    if mid_a or mid_b:
-        if len(mid_a) * len(mid_b) <= MAX_DIFF_PAIRS:
-            matcher = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=True)
-            for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-                ops.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
-        else:
-            ops.append(("replace", head, len(a) - tail, head, len(b) - tail))
+    a_end, b_end = len(a) - tail, len(b) - tail
+    if (a_end - head) * (b_end - head) > MAX_DIFF_PAIRS:
+        spans = _anchored(a, b, head, a_end, head, b_end)
+    else:
+        spans = [(head, a_end, head, b_end, False)]
+    pairs = [MAX_DIFF_PAIRS]  # difflib's work left for this file, shared by its gaps
+    for a1, a2, b1, b2, anchor in spans:
+        ops += [("equal", a1, a2, b1, b2)] if anchor else _matched(a, b, a1, a2, b1, b2, pairs)
     if tail:
-        ops.append(("equal", len(a) - tail, len(a), len(b) - tail, len(b)))
-    return ops
+        ops.append(("equal", a_end, len(a), b_end, len(b)))
+    return _merged(ops)
+
+
+def _matched(
+    a: Sequence[str],
+    b: Sequence[str],
+    a1: int,
+    a2: int,
+    b1: int,
+    b2: int,
+    pairs: list[int],
+) -> list[tuple[str, int, int, int, int]]:
+    """Opcodes for `a[a1:a2]` → `b[b1:b2]`: difflib while the file's `pairs` budget lasts,
+    else removed-then-added."""
+    if a1 == a2 and b1 == b2:
+        return []
+    if a1 == a2:
+        return [("insert", a1, a1, b1, b2)]
+    if b1 == b2:
+        return [("delete", a1, a2, b1, b1)]
+    if a2 - a1 == 1 and b2 - b1 == 1:
+        return [("equal" if a[a1] == b[b1] else "replace", a1, a2, b1, b2)]
+    work = (a2 - a1) * (b2 - b1)
+    if work > pairs[0]:
+        return [("replace", a1, a2, b1, b2)]
+    pairs[0] -= work
+    matcher = difflib.SequenceMatcher(None, a[a1:a2], b[b1:b2], autojunk=True)
+    return [
+        (tag, i1 + a1, i2 + a1, j1 + b1, j2 + b1) for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+    ]
+
+
+def _anchored(
+    a: Sequence[str], b: Sequence[str], a1: int, a2: int, b1: int, b2: int
+) -> list[tuple[int, int, int, int, bool]]:
+    """`a[a1:a2]` and `b[b1:b2]` cut into spans at their patience anchors (lines found once
+    in each, kept in the same order by a longest increasing subsequence); each anchor is an
+    equal span of one line (flagged True)."""
+    count_a: dict[str, int] = {}
+    for line in a[a1:a2]:
+        count_a[line] = count_a.get(line, 0) + 1
+    count_b: dict[str, int] = {}
+    where_b: dict[str, int] = {}
+    for j in range(b1, b2):
+        count_b[b[j]] = count_b.get(b[j], 0) + 1
+        where_b[b[j]] = j
+    pairs = [
+        (i, where_b[a[i]]) for i in range(a1, a2) if count_a[a[i]] == 1 and count_b.get(a[i]) == 1
+    ]
+    # Longest increasing subsequence of the b positions (patience sorting).
+    tops: list[int] = []
+    top_index: list[int] = []
+    back: list[int] = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        at = bisect.bisect_left(tops, j)
+        if at == len(tops):
+            tops.append(j)
+            top_index.append(k)
+        else:
+            tops[at] = j
+            top_index[at] = k
+        back[k] = top_index[at - 1] if at else -1
+    chain: list[tuple[int, int]] = []
+    k = top_index[-1] if top_index else -1
+    while k != -1:
+        chain.append(pairs[k])
+        k = back[k]
+    chain.reverse()
+    spans: list[tuple[int, int, int, int, bool]] = []
+    i, j = a1, b1
+    for ai, bj in chain:
+        spans.append((i, ai, j, bj, False))
+        spans.append((ai, ai + 1, bj, bj + 1, True))
+        i, j = ai + 1, bj + 1
+    spans.append((i, a2, j, b2, False))
+    return spans
+
+
+def _merged(ops: list[tuple[str, int, int, int, int]]) -> list[tuple[str, int, int, int, int]]:
+    """Adjacent opcodes of one tag joined (anchors between gaps make many small ones)."""
+    out: list[tuple[str, int, int, int, int]] = []
+    for op in ops:
+        if op[1] == op[2] and op[3] == op[4]:
+            continue
+        if out and out[-1][0] == op[0] and out[-1][2] == op[1] and out[-1][4] == op[3]:
+            last = out[-1]
+            out[-1] = (last[0], last[1], op[2], last[3], op[4])
+        else:
+            out.append(op)
+    return out
 
 
 def _grouped(
@@ -131,16 +225,26 @@ def _range(start: int, length: int) -> str:
     return f"{beginning},{length}"
 
 
-def unified(old: str, new: str, *, offset: int = 0) -> tuple[list[str], int, int]:
-    """(diff lines, added, removed) for `old` → `new`: hunks with `CONTEXT_LINES` of context;
-    `offset` shifts the line numbers (an edit shown against the call alone starts at 1)."""
+class _TooLarge(Exception):
+    """Two texts of more lines than `MAX_COMPARED_LINES` together: summarised, not compared."""
+
+    def __init__(self, old: int, new: int) -> None:
+        super().__init__(f"{old:,} lines → {new:,} lines: too large to compare line by line")
+        self.old, self.new = old, new
+
+
+def unified(old: str, new: str) -> tuple[list[str], int, int]:
+    """(diff lines, added, removed) for `old` → `new`: hunks with `CONTEXT_LINES` of context,
+    numbered as `diff -u` numbers them (`_TooLarge` past `MAX_COMPARED_LINES`)."""
     a, b = _lines(old), _lines(new)
     out: list[str] = []
     added = removed = 0
+    if len(a) + len(b) > MAX_COMPARED_LINES:
+        raise _TooLarge(len(a), len(b))
     for group in _grouped(_opcodes(a, b)):
         first, last = group[0], group[-1]
-        old_range = _range(first[1] + offset, last[2] - first[1])
-        new_range = _range(first[3] + offset, last[4] - first[3])
+        old_range = _range(first[1], last[2] - first[1])
+        new_range = _range(first[3], last[4] - first[3])
         out.append(f"@@ -{old_range} +{new_range} @@")
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
@@ -501,6 +605,42 @@ def changes_for(
     budget = _Budget()
     found: list[FileChange] = []
     path = _str(arguments.get("file_path")) or _str(arguments.get("notebook_path"))
+    try:
+        _claude_changes(tool_name, arguments, path, originals, budget, found)
+    except _TooLarge as e:
+        action: FileAction = "write" if tool_name == "Write" else "edit"
+        found.append(_summary_only(path or "?", action, str(e)))
+    if not found and tool_name not in CLAUDE_TOOLS:
+        for text in _strings(dict(arguments)):
+            if _looks_like_diff(text):
+                found += (
+                    _apply_patch(text, budget)
+                    if "*** Begin Patch" in text or tool_name == "apply_patch"
+                    else _unified_files(text, budget)
+                )
+                if found:
+                    break
+    return tuple(found[:MAX_FILE_CHANGES]), max(0, len(found) - MAX_FILE_CHANGES)
+
+
+#: Claude Code's file tools, whose arguments are read as such (never scanned for a diff).
+CLAUDE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+
+
+def compares(tool_name: str) -> bool:
+    """Whether drawing this tool's changes may compare two texts line by line (up to about
+    0.1 s for the largest files): callers on an event loop run it in a worker thread."""
+    return tool_name in CLAUDE_TOOLS
+
+
+def _claude_changes(
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    path: str | None,
+    originals: Mapping[str, Original],
+    budget: _Budget,
+    found: list[FileChange],
+) -> None:
     if tool_name in ("Edit", "MultiEdit", "Write") and path:
         original = originals.get(path)
         if tool_name == "Write":
@@ -519,20 +659,6 @@ def changes_for(
                 found.append(_edit(path, edits, original, budget))
     elif tool_name == "NotebookEdit" and path:
         found.append(_notebook(path, arguments, originals.get(path), budget))
-    elif tool_name == "apply_patch":
-        patch = _str(arguments.get("command")) or _str(arguments.get("input")) or ""
-        found += _apply_patch(patch, budget)
-    else:
-        for text in _strings(dict(arguments)):
-            if _looks_like_diff(text):
-                found += (
-                    _apply_patch(text, budget)
-                    if "*** Begin Patch" in text
-                    else _unified_files(text, budget)
-                )
-                if found:
-                    break
-    return tuple(found[:MAX_FILE_CHANGES]), max(0, len(found) - MAX_FILE_CHANGES)
 
 
 def with_changes(

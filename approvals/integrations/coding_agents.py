@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from approvals._internal.file_changes import Original, with_changes
+from approvals._internal.file_changes import Original, compares, with_changes
 from approvals._internal.grant_scopes import command_prefix
 from approvals._internal.slack_ids import USER_ID
 from approvals.errors import (
@@ -620,7 +620,10 @@ async def answer_hook(
     named = payload.get("hook_event_name") if isinstance(payload, Mapping) else None
     try:
         hook = parse_hook_input(payload)
-        event = event_from(dialect, payload)
+        if compares(hook.tool_name):  # a diff may compare two files: off the event loop
+            event = await asyncio.to_thread(event_from, dialect, payload)
+        else:
+            event = event_from(dialect, payload)
         check_depth(event.arguments)
     except InvalidRequest as e:  # not reviewable: denied, nothing stored
         shape: HookEvent = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"
