@@ -93,12 +93,24 @@ class _Unreadable(Exception):
     pass
 
 
+#: The first bytes of a line too long to parse, kept to tell what it was.
+HEAD_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Long:
+    """A line longer than `MAX_LINE_BYTES`: not parsed; its first `HEAD_BYTES` tell what it
+    is (a tool result is a boundary; a user's prompt is read from its head)."""
+
+    head: bytes
+
+
 def lines_from_end(
     path: str, *, deadline: float, max_bytes: int = MAX_SCAN_BYTES, counter: list[int] | None = None
-) -> Iterator[bytes]:
+) -> Iterator[bytes | Long]:
     """The non-empty lines of `path`, last first, reading at most `max_bytes` from the end
-    (until `deadline`, monotonic); lines over `MAX_LINE_BYTES` are left out. Raises
-    `_Unreadable` when the file cannot be opened as a regular file."""
+    (until `deadline`, monotonic); a line over `MAX_LINE_BYTES` comes as `Long` (its head).
+    Raises `_Unreadable` when the file cannot be opened as a regular file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as e:
@@ -114,7 +126,7 @@ def lines_from_end(
         pos = info.st_size
         scanned = 0
         carry = b""
-        skipping = False  # inside a line longer than MAX_LINE_BYTES
+        head: bytes | None = None  # inside a long line: its earliest bytes read so far
         while pos > 0 and scanned < max_bytes and time.monotonic() < deadline:
             size = min(BLOCK, pos, max_bytes - scanned)
             pos -= size
@@ -123,27 +135,81 @@ def lines_from_end(
             scanned += len(block)
             if counter is not None:
                 counter[0] = scanned
-            if skipping:
+            if head is not None:
                 end = block.rfind(b"\n")
                 if end < 0:
+                    head = (block + head)[:HEAD_BYTES]
                     continue  # all of it is the long line
-                block, skipping = block[:end], False
-                data = block
+                yield Long((block[end + 1 :] + head)[:HEAD_BYTES])
+                head, data = None, block[:end]
             else:
                 data = block + carry
             parts = data.split(b"\n")
             carry = parts[0]
             for line in reversed(parts[1:]):
-                if line.strip() and len(line) <= MAX_LINE_BYTES:
+                if len(line) > MAX_LINE_BYTES:
+                    yield Long(line[:HEAD_BYTES])
+                elif line.strip():
                     yield line
             if len(carry) > MAX_LINE_BYTES:
-                carry, skipping = b"", True
-        if pos == 0 and carry.strip() and not skipping and len(carry) <= MAX_LINE_BYTES:
-            yield carry
+                carry, head = b"", carry[:HEAD_BYTES]
+        if pos == 0:
+            if head is not None:
+                yield Long(head)
+            elif len(carry) > MAX_LINE_BYTES:
+                yield Long(carry[:HEAD_BYTES])
+            elif carry.strip():
+                yield carry
 
 
-def _objects(lines: Iterator[bytes]) -> Iterator[dict[str, Any]]:
+_CLAUDE_PROMPT_HEAD = re.compile(rb'"message":\{"role":"user","content":"')
+_CODEX_PROMPT_HEAD = re.compile(rb'"payload":\{"type":"user_message","message":"')
+_TOOL_RESULT_HEAD = re.compile(
+    rb'"tool_result"|"tool_use_id"'
+    rb'|"type":"(?:function_call|custom_tool_call|local_shell_call)_output"'
+)
+_ASSISTANT_HEAD = re.compile(
+    rb'"type":"assistant"|"role":"assistant"|"type":"(?:reasoning|turn_context|event_msg)"'
+)
+
+
+#: A JSON string's body up to its closing quote (or the end of what was kept).
+_STRING_BODY = re.compile(rb'(?:[^"\\]|\\.)*', re.DOTALL)
+
+
+def _string_start(raw: bytes) -> str:
+    """The start of a JSON string whose text begins `raw` (cut anywhere): decoded, with a
+    trailing escape or character cut in half dropped."""
+    text = raw.decode("utf-8", "ignore")
+    for cut in range(min(len(text), 8), -1, -1):
+        try:
+            value = json.loads('"' + (text[: len(text) - cut] if cut else text) + '"')
+        except ValueError:
+            continue
+        return value if isinstance(value, str) else ""
+    return ""
+
+
+def _long_line(long: Long) -> tuple[str, str | None]:
+    """What a long line is, from its head: ("prompt", its start), ("boundary", None) for a
+    tool result, ("other", None) for an assistant or bookkeeping line, ("unknown", None)."""
+    for pattern in (_CLAUDE_PROMPT_HEAD, _CODEX_PROMPT_HEAD):
+        found = pattern.search(long.head)
+        if found:
+            body = _STRING_BODY.match(long.head, found.end())
+            return "prompt", _string_start(body.group(0) if body else b"") + " …"
+    if _TOOL_RESULT_HEAD.search(long.head):
+        return "boundary", None
+    if _ASSISTANT_HEAD.search(long.head):
+        return "other", None
+    return "unknown", None
+
+
+def _objects(lines: Iterator[bytes | Long]) -> Iterator[dict[str, Any] | Long]:
     for line in lines:
+        if isinstance(line, Long):
+            yield line
+            continue
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):
@@ -203,6 +269,21 @@ class _Reasons:
         return _join(self.parts if self.found else self.tail)
 
 
+def _long(line: Long, reasons: _Reasons, request: str | None) -> tuple[bool, str | None]:
+    """A long line met walking back: (stop walking, the request). A prompt's start is the
+    request; a line that cannot be told apart from a prompt ends the search without one."""
+    what, text = _long_line(line)
+    if what == "other":
+        return False, request
+    reasons.boundary()
+    if what == "boundary":
+        return False, request
+    settled = reasons.done or not reasons.found
+    if what == "prompt":
+        return settled, request or text
+    return True, request  # unknown: whatever lies before it is not the latest request
+
+
 def _claude_prompt(line: dict[str, Any], content: Any) -> str | None:
     """The user's request on a Claude Code user line, or None when it is not one."""
     if line.get("isMeta") or line.get("isCompactSummary") or line.get("isSidechain"):
@@ -232,6 +313,11 @@ def claude_excerpt(path: str, tool_use_id: str | None, *, deadline: float) -> Ex
     latest_prompt: str | None = None  # a `last-prompt` line, when no user line is found
     counter = [0]
     for line in _objects(lines_from_end(path, deadline=deadline, counter=counter)):
+        if isinstance(line, Long):
+            stop, request = _long(line, reasons, request)
+            if stop:
+                break
+            continue
         kind = line.get("type")
         if kind == "last-prompt" and latest_prompt is None:
             found = line.get("lastPrompt")
@@ -282,6 +368,11 @@ def codex_excerpt(path: str, call_id: str | None, *, deadline: float) -> Excerpt
     request: str | None = None
     counter = [0]
     for line in _objects(lines_from_end(path, deadline=deadline, counter=counter)):
+        if isinstance(line, Long):
+            stop, request = _long(line, reasons, request)
+            if stop:
+                break
+            continue
         payload = line.get("payload")
         if not isinstance(payload, dict):
             continue
