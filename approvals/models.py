@@ -173,20 +173,36 @@ class CallContext(BaseModel):
 
 
 def clip_reason(text: str | None, limit: int = MAX_REASON) -> str | None:
-    """An agent's reason as kept: stripped, its last `limit` characters (the words right before
-    the call matter most), None when empty."""
+    """An agent's reason as kept: stripped, its end within `limit` characters (the words right
+    before the call matter most), None when empty. A cut never leaves part of a word (a token
+    cut in two is no longer recognisable as one, and masking could not hide it) nor the body
+    of a private key whose header it cut off."""
     text = (text or "").strip()
     if not text:
         return None
-    return text if len(text) <= limit else "…" + text[-(limit - 1) :].lstrip()
+    if len(text) <= limit:
+        return text
+    tail = text[-(limit - 1) :]
+    space = next((i for i, ch in enumerate(tail) if ch.isspace()), None)
+    tail = tail[space:] if space is not None else ""
+    end = tail.rfind("-----END")
+    if end != -1 and tail.find("-----BEGIN", 0, end) == -1:
+        line_end = tail.find("\n", end)
+        tail = tail[line_end:] if line_end != -1 else ""
+    return "…" + tail.lstrip()
 
 
 def clip_request(text: str | None, limit: int = MAX_USER_REQUEST) -> str | None:
-    """A user's request as kept: stripped, its first `limit` characters, None when empty."""
+    """A user's request as kept: stripped, its start within `limit` characters, None when
+    empty; cut between words (see `clip_reason`)."""
     text = (text or "").strip()
     if not text:
         return None
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = max((i for i, ch in enumerate(head) if ch.isspace()), default=None)
+    return (head[:space] if space is not None else "").rstrip() + "…"
 
 
 class ApprovalEvent(BaseModel):

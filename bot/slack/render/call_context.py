@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from approvals._internal.file_risks import file_risks
 from approvals.models import ApprovalRequest, CallContext, FileChange
-from bot.masking.masker import mask_text
+from bot.masking.masker import mask_lines
 from bot.slack import action_ids as ids
 from bot.slack.render.text import clip_escaped, escape
 
@@ -128,7 +128,10 @@ def masked_diff(v: _View, change: FileChange) -> list[str]:
     none under `secret` sensitivity."""
     if not change.diff or v.req.config.sensitivity == "secret":
         return []
-    return mask_text(change.diff, hide=_diff_hide(v)).split("\n")
+    lines = change.diff.split("\n")
+    prefixes = [line[:1] if line[:1] in ("+", "-", " ") else "" for line in lines]
+    texts = [line[len(p) :] for line, p in zip(lines, prefixes, strict=True)]
+    return mask_lines(texts, prefixes, hide=_diff_hide(v))
 
 
 #: The longest escaped diff line shown (a longer one is named, not cut: it could not fit a
