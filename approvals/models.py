@@ -182,13 +182,17 @@ def clip_reason(text: str | None, limit: int = MAX_REASON) -> str | None:
         return None
     if len(text) <= limit:
         return text
-    tail = text[-(limit - 1) :]
-    space = next((i for i, ch in enumerate(tail) if ch.isspace()), None)
-    tail = tail[space:] if space is not None else ""
-    end = tail.rfind("-----END")
-    if end != -1 and tail.find("-----BEGIN", 0, end) == -1:
-        line_end = tail.find("\n", end)
+    cut = len(text) - (limit - 1)
+    head, tail = text[:cut], text[cut:]
+    opened = head.rfind("-----BEGIN")
+    if opened != -1 and head.find("-----END", opened) == -1:
+        # The cut is inside a key: leave out the rest of it, through its END line.
+        end = tail.find("-----END")
+        line_end = tail.find("\n", end) if end != -1 else -1
         tail = tail[line_end:] if line_end != -1 else ""
+    else:
+        space = next((i for i, ch in enumerate(tail) if ch.isspace()), None)
+        tail = tail[space:] if space is not None else ""
     return "…" + tail.lstrip()
 
 
