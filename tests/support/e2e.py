@@ -306,11 +306,13 @@ class Reviewer:
         element: dict[str, Any] = {}
         block_id = ""
         for block in view.get("blocks", []):
-            for el in block.get("elements", []) if block.get("type") == "actions" else []:
+            found = block.get("elements", []) if block.get("type") == "actions" else []
+            found = [*found, *([block["accessory"]] if "accessory" in block else [])]
+            for el in found:
                 if el.get("action_id") == action_id and str(el.get("value", "")).startswith(
                     request_id
                 ):
-                    element, block_id = el, block["block_id"]
+                    element, block_id = el, str(block.get("block_id") or "section")
         assert element, f"no {action_id!r} for {request_id} on the Home tab"
         return {
             "type": "block_actions",
