@@ -123,12 +123,13 @@ def _diff_hide(v: _View) -> tuple[str, ...]:
     return (*v.hide, *extra)
 
 
-def masked_diff(v: _View, change: FileChange) -> list[str]:
-    """A file's diff lines, masked as one text (a secret over several lines is found whole);
-    none under `secret` sensitivity."""
+def masked_diff(v: _View, change: FileChange, most: int | None = None) -> list[str]:
+    """A file's diff lines (its first `most`), masked as one text (a secret over several lines
+    is found whole; a private key cut off at the last line shown is masked to its end); none
+    under `secret` sensitivity."""
     if not change.diff or v.req.config.sensitivity == "secret":
         return []
-    lines = change.diff.split("\n")
+    lines = change.diff.split("\n", most)[:most] if most is not None else change.diff.split("\n")
     prefixes = [line[:1] if line[:1] in ("+", "-", " ") else "" for line in lines]
     texts = [line[len(p) :] for line, p in zip(lines, prefixes, strict=True)]
     return mask_lines(texts, prefixes, hide=_diff_hide(v))
@@ -231,11 +232,11 @@ def file_blocks(v: _View) -> list[Block]:
     blocks: list[Block] = []
     for change in context.files[:INLINE_FILES]:
         text = _file_head(v, change)
-        lines = _escaped(masked_diff(v, change))
+        lines = _escaped(masked_diff(v, change, INLINE_DIFF_LINES))
         if lines:
             room = min(INLINE_DIFF_CHARS, 3000 - len(text) - 60)
             kept = _fit(lines, room, INLINE_DIFF_LINES)
-            more = len(lines) - len(kept) + change.omitted
+            more = change.diff.count("\n") + 1 - len(kept) + change.omitted
             if kept:
                 text += "\n" + _code(kept)
             if more:
