@@ -237,9 +237,8 @@ def main() -> None:
         f"| {'case':40} | diff lines | build ms | message ms | same, no context ms "
         "| modal ms | modal blocks |"
     )
-    print(
-        f"|{'-' * 42}|------------|----------|------------|---------------------|----------|--------------|"
-    )
+    rule = "|".join("-" * w for w in (42, 12, 10, 12, 21, 10, 14))
+    print(f"|{rule}|")
     for name, f in diffs.items():
         print(
             f"| {name:40} | {f['diff_lines']:10} | {f['build_ms']:8} | {f['message_ms']:10} | "
