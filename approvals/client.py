@@ -28,9 +28,11 @@ from approvals.errors import AlreadyDecided, ApprovalError, ApprovalTimeout, Inv
 from approvals.models import (
     ApprovalConfig,
     ApprovalEvent,
+    CallContext,
     Decision,
     EventKind,
     GateRequest,
+    clip_reason,
     normalize_config,
 )
 from approvals.review import TIMEOUT_REASON
@@ -113,9 +115,13 @@ class ApprovalClient:
         kind: EventKind = "tool",
         callback: Callback | dict[str, Any] | None = None,
         arguments_schema: dict[str, Any] | None = None,
+        reason: str | None = None,
     ) -> Approval:
         """Ask for approval of one tool call (idempotent on `call_id`); `callback`: see
-        `submit`; `arguments_schema`: a JSON Schema a reviewer's edit must pass."""
+        `submit`; `arguments_schema`: a JSON Schema a reviewer's edit must pass; `reason`:
+        why the call is made, shown to reviewers under the title (its last 2,000
+        characters; not part of what the decision applies to)."""
+        why = clip_reason(reason)
         try:
             event = ApprovalEvent(
                 kind=kind,
@@ -125,6 +131,7 @@ class ApprovalClient:
                 session_id=session_id,
                 agent=agent,
                 arguments_schema=arguments_schema,
+                context=CallContext(reason=why) if why else None,
             )
         except ValidationError as e:
             raise InvalidRequest(f"invalid approval request: {e}", details=e.errors()) from e
@@ -203,7 +210,11 @@ class ApprovalClient:
     async def __call__(self, request: GateRequest) -> Decision:
         """`require_approval` handler: submit the gated call, wait, return the decision."""
         approval = await self.request(
-            request.tool_name, request.arguments, config=request.config, call_id=request.call_id
+            request.tool_name,
+            request.arguments,
+            config=request.config,
+            call_id=request.call_id,
+            reason=request.reason,
         )
         if approval.is_pending:
             decided = await self.wait_or_withdraw(approval.id, self.wait_budget(approval))

@@ -162,6 +162,21 @@ def merge_annotations(
     return merged or None
 
 
+def _reason_for(
+    reason: str | Callable[[dict[str, Any]], str | None] | None, arguments: dict[str, Any]
+) -> str | None:
+    """The reason of one call: `reason` itself, or what it returns for the arguments (None
+    when it fails or returns anything but text)."""
+    if reason is None or isinstance(reason, str):
+        return reason
+    try:
+        found = reason(dict(arguments))
+    except Exception:
+        log.warning("require_approval reason function failed", exc_info=True)
+        return None
+    return found if isinstance(found, str) else None
+
+
 def require_approval(
     handler: Handler | None = None,
     *,
@@ -170,6 +185,7 @@ def require_approval(
     name: str | None = None,
     on_deny: Literal["return", "raise"] = "return",
     timeout: float | None = None,
+    reason: str | Callable[[dict[str, Any]], str | None] | None = None,
 ) -> Gate:
     """Gate a sync or async function behind `handler` (default: `default_handler`).
 
@@ -180,6 +196,9 @@ def require_approval(
     `on_deny`: "return" a `Denied` / `ApprovalFailed`, or "raise" `ToolDenied`
     / `ReviewFailed`. `timeout`: seconds to wait for the handler (a timeout
     denies with "approval timeout"); review plugins default to the config's deadline.
+    `reason`: why the call is made, shown to reviewers under the title: a text, or a
+    function of the call's canonical arguments that returns one (a failing function
+    leaves the reason out; it never stops the review).
     """
     cfg = normalize_config(config)
     if on_deny not in ("return", "raise"):
@@ -211,6 +230,7 @@ def require_approval(
                 arguments=arguments,
                 call_id=f"call_{uuid.uuid4().hex}",
                 prompt=cfg.prompt or default_prompt(tool, arguments),
+                reason=_reason_for(reason, arguments),
             )
             return request, bound
 

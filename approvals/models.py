@@ -43,6 +43,15 @@ MAX_OPTION_LEN = 75
 MAX_OPTIONS = 100
 #: Upper bound on a request's deadline: one week.
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
+#: The longest agent's reason kept with a request (the text before the tool call; its end).
+MAX_REASON = 2000
+#: The longest user's request kept with a request (the latest prompt of the session; its start).
+MAX_USER_REQUEST = 2000
+#: At most this many files' changes are kept with a request (the rest are counted only).
+MAX_FILE_CHANGES = 20
+#: The unified diff text kept per request, all files together (whole lines; past it, the
+#: lines left out are counted): what the Details modal can show, 100 blocks of 3,000.
+MAX_DIFF_TEXT = 200_000
 
 _STRICT = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
@@ -115,6 +124,91 @@ def normalize_config(value: bool | ApprovalConfig | dict[str, Any] | None) -> Ap
     )
 
 
+FileAction = Literal["edit", "write", "create", "delete", "notebook", "patch", "move"]
+#: What a file's diff is made against (`FileChange.basis`).
+DiffBasis = Literal["file", "call", "patch"]
+
+
+class FileChange(BaseModel):
+    """What a call does to one file, as reviewers are shown it
+    (`approvals/_internal/file_changes.py`): a unified diff (hunks of whole lines, no
+    `---`/`+++` header), its `added` and `removed` line counts,
+    or a one-line `summary` when no line diff is shown (binary, too large, a deletion)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(max_length=4096)
+    action: FileAction = "edit"
+    diff: str = Field(default="", max_length=MAX_DIFF_TEXT)
+    added: int = Field(default=0, ge=0)
+    removed: int = Field(default=0, ge=0)
+    #: Diff lines left out of `diff` (it is kept to whole lines within `MAX_DIFF_TEXT`).
+    omitted: int = Field(default=0, ge=0)
+    summary: str | None = Field(default=None, max_length=500)
+    #: What the diff was made against: `file` the file as the agent's command hook read it
+    #: (real line numbers), `call` the call's arguments alone (line numbers count from the
+    #: edit), `patch` a diff or patch the call carries.
+    basis: DiffBasis = "call"
+
+
+class CallContext(BaseModel):
+    """Why the agent makes a call and what it changes: shown to reviewers, never part of what a
+    decision applies to (`ApprovalRequest.fingerprint`): a retried call with a reworded reason
+    is the same call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The agent's own words before the call (the command hook reads them from the
+    #: session's transcript; an integration may send its own).
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
+    #: The user's latest request in the session.
+    user_request: str | None = Field(default=None, max_length=MAX_USER_REQUEST)
+    files: tuple[FileChange, ...] = Field(default=(), max_length=MAX_FILE_CHANGES)
+    #: Files the call changes beyond `MAX_FILE_CHANGES` (counted, not kept).
+    more_files: int = Field(default=0, ge=0)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reason or self.user_request or self.files)
+
+
+def clip_reason(text: str | None, limit: int = MAX_REASON) -> str | None:
+    """An agent's reason as kept: stripped, its end within `limit` characters (the words right
+    before the call matter most), None when empty. A cut never leaves part of a word (a token
+    cut in two is no longer recognisable as one, and masking could not hide it) nor the body
+    of a private key whose header it cut off."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    if len(text) <= limit:
+        return text
+    cut = len(text) - (limit - 1)
+    head, tail = text[:cut], text[cut:]
+    opened = head.rfind("-----BEGIN")
+    if opened != -1 and head.find("-----END", opened) == -1:
+        # The cut is inside a key: leave out the rest of it, through its END line.
+        end = tail.find("-----END")
+        line_end = tail.find("\n", end) if end != -1 else -1
+        tail = tail[line_end:] if line_end != -1 else ""
+    else:
+        space = next((i for i, ch in enumerate(tail) if ch.isspace()), None)
+        tail = tail[space:] if space is not None else ""
+    return "…" + tail.lstrip()
+
+
+def clip_request(text: str | None, limit: int = MAX_USER_REQUEST) -> str | None:
+    """A user's request as kept: stripped, its start within `limit` characters, None when
+    empty; cut between words (see `clip_reason`)."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = max((i for i, ch in enumerate(head) if ch.isspace()), default=None)
+    return (head[:space] if space is not None else "").rstrip() + "…"
+
+
 class ApprovalEvent(BaseModel):
     """What an agent is about to do: a tool call, a command, a file write or a permission ask."""
 
@@ -132,6 +226,9 @@ class ApprovalEvent(BaseModel):
     permissions: dict[str, Any] | None = None
     #: A JSON Schema the arguments must satisfy; a reviewer's edit is checked against it.
     arguments_schema: dict[str, Any] | None = None
+    #: Why the agent makes the call and the changes it makes to files: shown to reviewers,
+    #: never part of the fingerprint.
+    context: CallContext | None = None
 
     @field_validator("arguments", mode="before")
     @classmethod
@@ -296,7 +393,9 @@ class ApprovalRequest(BaseModel):
     def fingerprint(self) -> str:
         """What a decision on this request applies to, as a hash: the tool, its canonical
         arguments, the event kind and every other field the reviewer is shown, the session,
-        the principal, and what kind of answer is asked for. A reused `call_id` must match it."""
+        the principal, and what kind of answer is asked for. A reused `call_id` must match it.
+        The event's `context` (the agent's reason, the user's request, the diffs drawn from
+        the arguments) is not in it: it explains the call, it does not change what is done."""
         e, c = self.event, self.config
         content = {
             "tool": e.tool_name,
@@ -334,9 +433,16 @@ class GateRequest:
     arguments: dict[str, Any]
     call_id: str
     prompt: str
+    #: Why the call is made, for reviewers (`require_approval(reason=)`).
+    reason: str | None = None
 
     def event(self) -> ApprovalEvent:
         """This call as the `ApprovalEvent` a hook reviews."""
+        reason = clip_reason(self.reason)
         return ApprovalEvent(
-            kind="tool", tool_name=self.tool_name, arguments=self.arguments, call_id=self.call_id
+            kind="tool",
+            tool_name=self.tool_name,
+            arguments=self.arguments,
+            call_id=self.call_id,
+            context=CallContext(reason=reason) if reason else None,
         )

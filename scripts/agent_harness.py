@@ -25,8 +25,9 @@ from approvals._internal.store.connection import connect  # noqa: E402
 from approvals._internal.store.keys import Keys  # noqa: E402
 from approvals._internal.store.store import ApprovalStore  # noqa: E402
 from bot.ops import embedded_redis  # noqa: E402
+from bot.slack.render.request_message import request_message  # noqa: E402
 from tests.support.credentials import API_TOKEN, UNKNOWN_API_TOKEN  # noqa: E402
-from tests.support.fake_models import FakeModels  # noqa: E402
+from tests.support.fake_models import FakeModels, reason_text  # noqa: E402
 
 PACKAGES = {
     "claude-code": ("@anthropic-ai/claude-code", "@anthropic-ai/claude-code-linux-x64", "claude"),
@@ -201,6 +202,8 @@ class Decider:
         self.plans: dict[str, str | None] = {}  # case → "approve" | "deny" | None (leave)
         self.seen: dict[str, list[str]] = {}  # case → request ids the bot created
         self.call_ids: dict[str, str | None] = {}  # case → the created request's call id
+        #: case → the *Why:* section of the Slack message the bot would post for its request
+        self.why: dict[str, str] = {}
         self.decided: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -227,6 +230,7 @@ class Decider:
                             for case in self.plans:
                                 if _names(case, arguments):
                                     self.call_ids.setdefault(case, request.event.call_id)
+                                    self.why.setdefault(case, why_section(request))
                             await self._handle(request.id, arguments)
                         await asyncio.sleep(0.15)
                 finally:
@@ -260,6 +264,15 @@ class Decider:
             return
 
 
+def why_section(request: Any) -> str:
+    """The *Why:* section of the message the bot posts for `request` ('' without one)."""
+    for block in request_message(request)["blocks"]:
+        text = (block.get("text") or {}).get("text", "")
+        if block.get("type") == "section" and text.startswith("*Why:*"):
+            return str(text)
+    return ""
+
+
 @dataclass
 class Outcome:
     ran: bool
@@ -269,6 +282,8 @@ class Outcome:
     seconds: float
     note: str = ""
     call_id: str | None = None
+    #: The message's *Why:* section showed what the model said before its tool call.
+    reason_shown: bool = False
 
 
 async def run_process(
@@ -383,6 +398,7 @@ class Harness:
             seconds=seconds,
             note=f"exit {code}",
             call_id=self.decider.call_ids.get(tag),
+            reason_shown=reason_text(tag)[:60] in self.decider.why.get(tag, ""),
         )
 
     def workdir(self, *parts: str) -> Path:

@@ -11,7 +11,10 @@ Run through `scripts/check-claude-code` and `scripts/check-codex` (not part of
 3. writes the hooks with `approval-bot setup …` itself (Codex: trusted
    through its app-server), then runs the agent once per case, hook type and
    permission mode, with a model that runs `touch ran-<case>`;
-4. prints a table: did the command run, did the reason reach the model.
+4. prints a table: did the command run, did the reason reach the model, and (approve, command
+   hooks) did the message the bot would post show, as *Why:*, what the model said right
+   before its tool call (the command hook reads it from the session's transcript; the http
+   hook never reads a path, so it has none).
 
 A case the bot can answer (approve, deny, bad token, bad input, a store
 outage) passes or fails. A case only the client decides (bot unreachable,
@@ -66,10 +69,12 @@ class Row:
     cells: dict[str, str] = field(default_factory=dict)
 
 
-def judge(case: str, outcome: Outcome) -> str:
-    """PASS / FAIL for what the bot can answer; FINDING for what only the client decides."""
+def judge(case: str, outcome: Outcome, wants_reason: bool = False) -> str:
+    """PASS / FAIL for what the bot can answer; FINDING for what only the client decides.
+    `wants_reason`: a command hook, whose request must show the model's words as *Why:*."""
     if case == "approve":  # ran, and because the bot said so (not with the hook off)
-        return "PASS" if outcome.ran and outcome.hook_asked else "FAIL"
+        shown = outcome.reason_shown or not wants_reason
+        return "PASS" if outcome.ran and outcome.hook_asked and shown else "FAIL"
     if case == "deny":
         return "PASS" if not outcome.ran and outcome.reason_seen else "FAIL"
     if case in BOT_CASES:
@@ -80,7 +85,8 @@ def judge(case: str, outcome: Outcome) -> str:
 def describe(case: str, outcome: Outcome) -> str:
     if case == "approve":
         asked = "" if outcome.hook_asked else ", hook not asked"
-        return ("ran" if outcome.ran else "did not run") + asked
+        why = ", Why shown" if outcome.reason_shown else ""
+        return ("ran" if outcome.ran else "did not run") + asked + why
     if outcome.ran:
         return "RAN"
     if case == "deny":
@@ -172,7 +178,8 @@ async def check_claude_code(h: Harness, cases: list[str], on_failure_block: bool
                     return [str(h.binary), "-p", prompt, *mode_args, "--output-format", "json"]
 
                 outcome = await h.run_case(case, argv, env, project)
-                row = Row(hook_type, mode, case, outcome, judge(case, outcome))
+                verdict = judge(case, outcome, wants_reason=hook_type == "command")
+                row = Row(hook_type, mode, case, outcome, verdict)
                 rows.append(row)
                 say(
                     f"  {hook_type:7} {mode:17} {case:13} {describe(case, outcome):35} "
@@ -305,7 +312,7 @@ async def check_codex(h: Harness, cases: list[str]) -> tuple[list[Row], list[str
                 if case == "untrusted" and outcome.ran
                 else "finding: blocks"
                 if case == "untrusted"
-                else judge(case, outcome)
+                else judge(case, outcome, wants_reason=True)
             )
             rows.append(Row(event, mode, case, outcome, verdict))
             say(

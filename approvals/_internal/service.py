@@ -9,6 +9,7 @@ request is routed live in one place.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from approvals._internal.edits import (
     current_version,
     version_of,
 )
+from approvals._internal.file_changes import compares, with_changes
 from approvals._internal.grant_scopes import Grant, ScopeOption, call_hash, offered
 from approvals._internal.policy import Policy
 from approvals._internal.slack_ids import is_user_group
@@ -137,6 +139,15 @@ class ApprovalService:
         # Checked here, once, so that checking a reviewer's edit against it is bounded.
         check_arguments_schema(event.arguments_schema)
         config = config or ApprovalConfig()
+        try:
+            # What the call changes in files, as diffs for reviewers (a hook's translation
+            # has drawn them already, against the files as its command hook read them).
+            if compares(event.tool_name) and not (event.context and event.context.files):
+                event = await asyncio.to_thread(with_changes, event)
+            else:
+                event = with_changes(event)
+        except Exception:  # the context explains a call; it never decides one
+            log.warning("call context left out tool=%s", event.tool_name, exc_info=True)
         if route is not None and route not in self.policy.routes:
             known = ", ".join(sorted(self.policy.routes)) or "none"
             raise InvalidRequest(

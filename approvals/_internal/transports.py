@@ -481,6 +481,7 @@ def request_body(
         "permissions": event.permissions,
         "arguments_schema": event.arguments_schema,
         "callback": callback.model_dump(mode="json") if callback else None,
+        "reason": event.context.reason if event.context else None,
     }
     if config.allow_for_session:
         body["allow_for_session"] = True

@@ -6,7 +6,13 @@ bot's `POST /hooks/claude-code` endpoint and the `approval-bot hook …` command
 Input (both agents): `session_id`, `cwd`, `hook_event_name`, `tool_name`,
 `tool_input` (an object), `tool_use_id` (absent on PermissionRequest),
 `permission_mode`; other documented fields (`transcript_path`, `model`,
-`turn_id`, `permission_suggestions`, …) are accepted and ignored.
+`turn_id`, `permission_suggestions`, …) are accepted and ignored: no path a
+client sends is ever read here (the bot may be another machine). One field
+is ours, `approval_context` (`CONTEXT_FIELD`): why the agent makes the call
+and the files it changes as they stand, which `approval-bot hook` reads on
+the agent's machine (`bot/agents/call_context.py`) and any integration may
+send. It is read leniently (`read_context`): whatever is wrong with it is
+left out, never a deny.
 
 Output, as each agent reads it:
 
@@ -43,6 +49,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from approvals._internal.file_changes import Original, compares, with_changes
 from approvals._internal.grant_scopes import command_prefix
 from approvals._internal.slack_ids import USER_ID
 from approvals.errors import (
@@ -61,7 +68,15 @@ from approvals.integrations.hook_input import UNREACHABLE_REASON
 from approvals.integrations.hook_input import codex_reason as codex_reason
 from approvals.integrations.hook_input import time_budget as time_budget
 from approvals.integrations.hook_input import withdraw_time as withdraw_time
-from approvals.models import ApprovalEvent, ApprovalRequest, EventKind
+from approvals.models import (
+    MAX_FILE_CHANGES,
+    ApprovalEvent,
+    ApprovalRequest,
+    CallContext,
+    EventKind,
+    clip_reason,
+    clip_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +187,43 @@ def derived_call_id(hook: HookInput) -> str | None:
     return f"hook:{digest}"
 
 
+#: The hook JSON field that carries a call's context (see the module docstring):
+#: `{"reason": str, "user_request": str, "files": [{"path", "exists", "text", "note"}]}`.
+CONTEXT_FIELD = "approval_context"
+#: The longest note kept about a file the command hook did not read.
+_MAX_NOTE = 200
+
+
+def read_context(payload: Any) -> tuple[CallContext | None, dict[str, Original]]:
+    """(the call's context, the files as the agent's hook read them, by path) from the hook
+    JSON's `approval_context`; never raises: anything malformed is left out."""
+    raw = payload.get(CONTEXT_FIELD) if isinstance(payload, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None, {}
+    reason = raw.get("reason")
+    asked = raw.get("user_request")
+    context = CallContext(
+        reason=clip_reason(reason) if isinstance(reason, str) else None,
+        user_request=clip_request(asked) if isinstance(asked, str) else None,
+    )
+    originals: dict[str, Original] = {}
+    files = raw.get("files")
+    for item in files[: MAX_FILE_CHANGES * 5] if isinstance(files, list) else []:
+        if not isinstance(item, Mapping) or not isinstance(item.get("path"), str):
+            continue
+        text, note = item.get("text"), item.get("note")
+        originals[item["path"]] = Original(
+            exists=item.get("exists") is not False,
+            text=text if isinstance(text, str) else None,
+            note=note[:_MAX_NOTE] if isinstance(note, str) else None,
+        )
+    return (None if context.empty else context), originals
+
+
 def _event(hook: HookInput, agent: Dialect, kind: EventKind, **fields: Any) -> ApprovalEvent:
+    check_depth(hook.tool_input)
     try:
-        return ApprovalEvent(
+        event = ApprovalEvent(
             kind=kind,
             tool_name=hook.tool_name,
             arguments=hook.tool_input,
@@ -186,6 +235,12 @@ def _event(hook: HookInput, agent: Dialect, kind: EventKind, **fields: Any) -> A
         )
     except ValidationError as e:
         raise InvalidRequest(f"invalid hook input: {e}", details=error_details(e)) from e
+    context, originals = read_context(hook.model_extra or {})
+    try:
+        return with_changes(event.model_copy(update={"context": context}), originals)
+    except Exception:  # the context explains a call; it never decides one
+        log.warning("call context left out tool=%s", hook.tool_name, exc_info=True)
+        return event
 
 
 def event_from_claude(payload: Any) -> ApprovalEvent:
@@ -565,7 +620,10 @@ async def answer_hook(
     named = payload.get("hook_event_name") if isinstance(payload, Mapping) else None
     try:
         hook = parse_hook_input(payload)
-        event = event_from(dialect, payload)
+        if compares(hook.tool_name):  # a diff may compare two files: off the event loop
+            event = await asyncio.to_thread(event_from, dialect, payload)
+        else:
+            event = event_from(dialect, payload)
         check_depth(event.arguments)
     except InvalidRequest as e:  # not reviewable: denied, nothing stored
         shape: HookEvent = "PermissionRequest" if named == "PermissionRequest" else "PreToolUse"

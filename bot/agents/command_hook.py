@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
@@ -46,6 +47,7 @@ from approvals.integrations.hook_input import (
     read_hook_body,
     time_budget,
 )
+from bot.agents.call_context import CONTEXT_FIELD, MAX_SECONDS, gather
 
 if TYPE_CHECKING:
     from approvals.client import ApprovalClient
@@ -313,6 +315,7 @@ def answer(
     if body.problem is not None or body.payload is None:
         say(stderr, f"approval-bot hook: {body.problem}")
         return deny(body.shape, f"Approval hook error: {body.problem}")
+    body = with_context(dialect, body, timeout, started, stderr)
     from bot.core.environment import SettingsError, environment, http_client_settings
 
     try:
@@ -332,9 +335,30 @@ def answer(
         return deny(body.shape, f"Approval hook is misconfigured: {problems}")
     import asyncio
 
-    return asyncio.run(
-        _review(dialect, body.payload, timeout, on_timeout, stderr, started, make_client)
-    )
+    payload = body.payload or {}  # never empty here: checked above
+    return asyncio.run(_review(dialect, payload, timeout, on_timeout, stderr, started, make_client))
+
+
+def with_context(
+    dialect: str, body: HookBody, timeout: float, started: float, stderr: TextIO
+) -> HookBody:
+    """`body` with the call's context (`bot.agents.call_context`: the agent's reason from its
+    transcript, the user's request, the files the call changes as they stand) in its
+    `approval_context`, taking at most a tenth of the time left (and `MAX_SECONDS`). Whatever
+    goes wrong, `body` as it came: the call is reviewed without a reason."""
+    payload = body.payload
+    if payload is None or CONTEXT_FIELD in payload:
+        return body
+    left = time_budget(timeout) - max(0.0, time.monotonic() - started)
+    seconds = min(MAX_SECONDS, left * 0.1)
+    if seconds < 0.01:
+        return body
+    context, problem = gather(dialect, payload, seconds=seconds)
+    if problem:
+        print(f"approval-bot hook: no reason sent: {problem}", file=stderr)
+    if context is None:
+        return body
+    return replace(body, payload={**payload, CONTEXT_FIELD: context})
 
 
 def bot_timeout(budget: float) -> float:

@@ -17,9 +17,11 @@ from approvals.models import (
     MAX_EVENT_BYTES,
     MAX_OPTION_LEN,
     MAX_OPTIONS,
+    MAX_REASON,
     MAX_TEXT,
     ApprovalConfig,
     ApprovalEvent,
+    CallContext,
     EventKind,
     Kind,
     Sensitivity,
@@ -62,6 +64,9 @@ class CreateApproval(BaseModel):
     arguments_schema: dict[str, Any] | None = None
     #: A signed webhook to this URL once decided (the policy's callbacks.allowed_hosts).
     callback: Callback | None = None
+    #: Why the agent makes this call, in its own words: shown to reviewers under the title
+    #: (masked like everything else), never part of what the decision applies to.
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
 
     @model_validator(mode="after")
     def _consistent(self) -> CreateApproval:
@@ -79,6 +84,7 @@ class CreateApproval(BaseModel):
         )
 
     def event(self) -> ApprovalEvent:
+        reason = (self.reason or "").strip()
         return ApprovalEvent(
             kind=self.event_kind,
             tool_name=self.tool_name,
@@ -91,6 +97,7 @@ class CreateApproval(BaseModel):
             path=self.path,
             permissions=self.permissions,
             arguments_schema=self.arguments_schema,
+            context=CallContext(reason=reason) if reason else None,
         )
 
 

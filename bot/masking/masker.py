@@ -169,11 +169,11 @@ def strip_bidi(text: str) -> str:
     return text if text.isascii() else text.translate(_BIDI)
 
 
-def _mask_text(text: str, hide: tuple[str, ...]) -> str:
-    return strip_bidi(_mask_spans(text, hide))
+def _mask_text(text: str, hide: tuple[str, ...], *, keep_lines: bool = False) -> str:
+    return strip_bidi(_mask_spans(text, hide, keep_lines=keep_lines))
 
 
-def _mask_spans(text: str, hide: tuple[str, ...]) -> str:
+def _mask_spans(text: str, hide: tuple[str, ...], *, keep_lines: bool = False) -> str:
     norm, where = normalise(text)
     spans = [(start, end) for start, end, _ in find(norm)]
     for literal in _literals(hide):
@@ -193,9 +193,21 @@ def _mask_spans(text: str, hide: tuple[str, ...]) -> str:
             continue
         out.append(text[done:begin])
         out.append(masked(end - start))
+        if keep_lines:  # the lines a mask covers stay, empty, so the line count holds
+            out.append("\n" * text.count("\n", begin, stop))
         done = stop
     out.append(text[done:])
     return "".join(out)
+
+
+def mask_lines(lines: list[str], prefixes: list[str], *, hide: Iterable[str] = ()) -> list[str]:
+    """`lines` masked as one text (a secret spread over several is found whole), each put
+    back behind its `prefix` (a diff's `+`, `-`, ` `), so a prefix never joins the text it
+    stands before (a `+` before a base64 key would hide its start from the rules). A mask
+    stands on the first line of what it covers; the other lines it covers are left empty."""
+    text = "\n".join(lines)
+    shown = _mask_text(text, tuple(hide), keep_lines=True).split("\n")
+    return [p + line for p, line in zip(prefixes, shown, strict=True)]
 
 
 _mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)

@@ -40,9 +40,11 @@ from approvals.errors import ApprovalError
 from approvals.integrations.coding_agents import decision_text, event_from_claude
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
+    MAX_REASON,
     MAX_TEXT,
     ApprovalConfig,
     ApprovalEvent,
+    CallContext,
     Kind,
     Sensitivity,
 )
@@ -98,6 +100,8 @@ class RequestApprovalInput(BaseModel):
     route: str | None = Field(default=None, min_length=1, max_length=100)
     #: A signed webhook once decided (`{url, events?, metadata?}`; the policy must allow the host).
     callback: Callback | None = None
+    #: Why you want to take the action, in your own words: shown to the reviewer.
+    reason: str | None = Field(default=None, max_length=MAX_REASON)
 
 
 class AskHumanInput(BaseModel):
@@ -134,7 +138,8 @@ TOOLS: tuple[types.Tool, ...] = (
         description=(
             "Ask a human reviewer in Slack to approve an action before you take it. Waits for "
             "the decision. kind: approval (yes/no), choice (pick one of `options`), input "
-            "(free text). Returns JSON: approved, status, reason, input, selection, "
+            "(free text). Give `reason`: why you want to take it (the reviewer reads it). "
+            "Returns JSON: approved, status, reason, input, selection, "
             "edited_arguments. Do not take the action unless approved is true."
         ),
         input_schema=_schema(RequestApprovalInput),
@@ -329,6 +334,9 @@ class ApprovalsServer:
                 prompt=args.prompt,
             )
             event = self._event(args.action, args.arguments, args.call_id)
+            reason = (args.reason or "").strip()
+            if reason:
+                event = event.model_copy(update={"context": CallContext(reason=reason)})
             approval = await self._ask(
                 ctx, event, config, REQUEST_APPROVAL, args.route, args.callback
             )

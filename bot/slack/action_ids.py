@@ -51,6 +51,12 @@ REVIEW_DENY = "deny"
 REVIEW_RESPOND = "respond"
 REVIEW_CHOOSE = "choose:"
 
+#: Opens the Details modal of a request (the agent's reason, the whole diffs:
+#: `bot/slack/render/call_context.py`); value: the request id. It decides nothing, so it
+#: carries no version and is not one of `BUTTON_ACTIONS`.
+DETAILS = "approval_details"
+DETAILS_MODAL = "approval_details_modal"
+
 #: The slash command (`bot/slack/home.py`), as the manifests declare it.
 SLASH_COMMAND = "/approvals"
 

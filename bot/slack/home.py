@@ -33,6 +33,7 @@ from approvals._internal.store.connection import cancel_and_wait
 from approvals.models import TERMINAL_STATUSES, ApprovalRequest
 from bot.core.context import BotContext
 from bot.slack import action_ids as ids
+from bot.slack.render import call_context
 from bot.slack.render import request_message as blocks
 from bot.slack.render.request_message import (
     Block,
@@ -122,7 +123,19 @@ def _request_blocks(req: ApprovalRequest) -> list[Block]:
         head += f" · {blocks.quorum_progress(req)}"
     if req.proposal is not None:
         head += f" · ✏️ edited by {who(req.proposal.by)}"
-    out: list[Block] = [_section(head + "\n" + clip_escaped(v.prompt, 2500))]
+    text = head + "\n" + clip_escaped(v.prompt, 1500)
+    context = req.event.context
+    if context is not None and not context.empty:
+        # The agent's reason and what it changes, collapsed; the whole in Details.
+        if context.reason:
+            why = call_context.collapse(v.mask(context.reason), 2, 300)
+            text += "\n*Why:* " + clip_escaped(why, 600)
+        for change in context.files[: call_context.INLINE_FILES]:
+            path = call_context.display_path(change.path, req.event.cwd)
+            text += f"\n✏️ `{clip_escaped(v.mask(path), 200)}` ({call_context.counts(change)})"
+    out: list[Block] = [_section(text)]
+    if context is not None and not context.empty:
+        call_context.with_details_button(out, req.id)
     actions = _actions(v)
     for block in actions:
         if block.get("type") == "actions":

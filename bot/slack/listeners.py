@@ -55,6 +55,7 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     app.action(ids.RESPOND)(track(listeners.on_respond_button))
     app.action(ids.EDIT)(track(listeners.on_edit_button))
     app.action(ids.REVIEW)(track(listeners.on_review_button))
+    app.action(ids.DETAILS)(track(listeners.on_details_button))
     app.view(ids.DENY_MODAL)(track(listeners.on_deny_submit))
     app.view(ids.INPUT_MODAL)(track(listeners.on_input_submit))
     app.view(ids.EDIT_MODAL)(track(listeners.on_edit_submit))
@@ -255,6 +256,32 @@ class Listeners:
         except SlackApiError as e:
             log.warning("views.open failed id=%s error=%s", request.id, e.response.get("error"))
             await self._ephemeral(body, "Slack would not open the dialog; please try again.")
+
+    async def on_details_button(self, ack: AsyncAck, body: Body) -> None:
+        """Details: the agent's whole reason and the whole diffs, in a modal (pushed onto the
+        review modal when clicked inside it). It decides nothing."""
+        await ack()
+        await self._guarded(body, self._open_details(body))
+
+    async def _open_details(self, body: Body) -> None:
+        request = await self._load(body, str(_action(body).get("value", "")))
+        if request is None:
+            return
+        # Whoever sees the request's own message (its channel), or may see it in their lists.
+        seen_there = bool(request.channel) and _channel(body) == request.channel
+        if not seen_there and not await home.HomeLists(self.ctx).may_see(request, _user(body)):
+            await self._ephemeral(body, modals.refusal_text("not_reviewer", request))
+            return
+        view = modals.details_modal(request)
+        trigger = body.get("trigger_id")
+        try:
+            if (body.get("view") or {}).get("type") == "modal":
+                await self.ctx.slack.views_push(trigger_id=trigger, view=view)
+            else:
+                await self.ctx.slack.views_open(trigger_id=trigger, view=view)
+        except SlackApiError as e:
+            log.warning("details not opened id=%s error=%s", request.id, e.response.get("error"))
+            await self._ephemeral(body, "Slack would not open the details; please try again.")
 
     # -- App Home and /approvals ---------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -456,3 +457,21 @@ async def test_cancel_call_withdraws_what_a_call_id_made(client: ApprovalClient)
     assert found is not None
     assert (found.id, found.status, found.reason) == (made.id, "cancelled", "cut off")
     assert (await client.get(made.id)).status == "cancelled"
+
+
+async def test_a_reason_reaches_the_request_over_every_transport(
+    client: ApprovalClient, ctx: BotContext
+) -> None:
+    """`request(..., reason=)`: shown to reviewers (the event's context), over Redis, aiohttp
+    and http.client alike; its end is kept, cut between words; not part of the fingerprint,
+    so a retry with other words is the same request."""
+    call_id = f"call-{uuid.uuid4().hex}"
+    reason = "Rotating the key because the old one leaked in a CI log. " * 60
+    made = await client.request("rotate_key", {"name": "ci"}, call_id=call_id, reason=reason)
+    stored = await ctx.store.get(made.id)
+    assert stored.event.context is not None and stored.event.context.reason is not None
+    kept = stored.event.context.reason
+    assert kept.startswith("…") and kept.endswith("in a CI log.") and len(kept) <= 2000
+    again = await client.request("rotate_key", {"name": "ci"}, call_id=call_id, reason="other")
+    assert again.id == made.id
+    await client.cancel(made.id)

@@ -671,3 +671,33 @@ async def test_sync_and_async_callers_share_the_terminal_one_at_a_time() -> None
 
 def test_the_default_handler_is_a_terminal_approver() -> None:
     assert isinstance(gate.default_handler, TerminalApprover)
+
+
+def test_a_reason_text_or_function_reaches_the_reviewer() -> None:
+    """`require_approval(reason=)`: a text, or a function of the canonical arguments; the
+    event a hook reviews carries it; a failing function leaves it out and the call is still
+    reviewed (never run unreviewed, never refused for it)."""
+    reviewer = Reviewer(Decision.approve(by="U1"))
+
+    @require_approval(handler=reviewer, reason="nightly cleanup of stale previews")
+    def prune(days: int) -> int:
+        return days
+
+    @require_approval(handler=reviewer, reason=lambda args: f"older than {args['days']} days")
+    def prune_by(days: int) -> int:
+        return days
+
+    def broken(args: dict[str, Any]) -> str:
+        raise KeyError("nope")
+
+    @require_approval(handler=reviewer, reason=broken)
+    def prune_broken(days: int) -> int:
+        return days
+
+    assert prune(7) == 7 and prune_by(30) == 30 and prune_broken(1) == 1
+    first, second, third = reviewer.requests
+    assert first.reason == "nightly cleanup of stale previews"
+    event = second.event()
+    assert second.reason == "older than 30 days"
+    assert event.context is not None and event.context.reason == "older than 30 days"
+    assert third.reason is None and third.event().context is None

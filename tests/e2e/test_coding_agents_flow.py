@@ -16,9 +16,10 @@ import aiohttp
 from approvals.integrations.coding_agents import time_budget
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
-from tests.support import eventually
+from tests.support import eventually, transcripts
 from tests.support.credentials import API_TOKEN
 from tests.support.e2e import BotFactory, Reviewer, opened_view
+from tests.support.secret_corpus import FAKES
 from tests.support.slack_emulator import SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,15 +110,16 @@ async def test_claude_code_http_hook_denial_carries_the_reason(
 
 
 async def run_command_hook(
-    bot: Bot, dialect: str, payload: dict[str, Any], *args: str
+    bot: Bot, dialect: str, payload: dict[str, Any], *args: str, prefix: tuple[str, ...] = ()
 ) -> tuple[int, str, str]:
-    """`approval-bot hook DIALECT` as the agent runs it: a process, JSON on stdin."""
+    """`approval-bot hook DIALECT` as the agent runs it: a process, JSON on stdin (`prefix`:
+    a command it runs under, such as `setpriv`)."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "APPROVALS_", "REDIS"))
     }
     env.update(APPROVALS_URL=f"http://127.0.0.1:{bot.port}", APPROVALS_TOKEN=API_TOKEN)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli.main", "hook", dialect, *args,
+        *prefix, sys.executable, "-m", "bot.cli.main", "hook", dialect, *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, cwd=REPO,
     )  # fmt: skip
@@ -296,3 +298,115 @@ async def test_a_hook_whose_caller_went_away_withdraws_its_request(
     await slack.wait_for("chat.update", 1, timeout=10)
     blocks = next(iter(slack.messages.values())).get("blocks", [])
     assert blocks and not [b for b in blocks if b.get("type") == "actions"]  # no buttons left
+
+
+# -- the agent's reason and the diff (issue 34) --------------------------------------------------
+
+
+def edit_call(project: Path, transcript: Path) -> dict[str, Any]:
+    """Claude Code's PreToolUse for the `Edit` the fixture transcript ends with."""
+    return claude_payload(
+        tool_name="Edit",
+        tool_input={
+            "file_path": str(project / "src" / "client.py"),
+            "old_string": "MAX_RETRIES = 3",
+            "new_string": 'MAX_RETRIES = int(os.environ.get("CLIENT_MAX_RETRIES", "5"))',
+        },
+        cwd=str(project),
+        transcript_path=str(transcript),
+        tool_use_id=transcripts.CLAUDE_EDIT_CALL,
+    )
+
+
+def project_with_client(tmp_path: Path) -> Path:
+    project = tmp_path / "app"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "client.py").write_text(
+        "import os\nimport time\n\nMAX_RETRIES = 3\nBACKOFF_SECONDS = 0.5\n"
+    )
+    return project
+
+
+async def test_claude_code_edit_shows_the_reason_and_the_diff_in_slack(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, tmp_path: Path
+) -> None:
+    """The command hook reads the transcript (the agent's words before this Edit, the user's
+    request with a token pasted in it) and the file, and the posted message shows *Why:*,
+    the request with the token masked, and the real diff with line numbers."""
+    bot = await make_bot()
+    token = next(f.secret for f in FAKES if f.rule == "github_token")
+    project = project_with_client(tmp_path)
+    transcript = transcripts.write(tmp_path, transcripts.CLAUDE_EDIT, token)
+    call = asyncio.create_task(
+        run_command_hook(bot, "claude-code", edit_call(project, transcript), "--timeout", "30")
+    )
+    await slack.wait_for("chat.postMessage", 1, timeout=10)
+    (channel, _ts), message = next(iter(slack.messages.items()))
+    shown = "\n".join(b["text"]["text"] for b in message["blocks"] if b["type"] == "section")
+    assert message["blocks"][1]["text"]["text"].startswith(
+        "*Why:* The limit is hard-coded as `MAX_RETRIES = 3`."
+    )
+    assert "*The user asked:*\n> The retry test in tests/test_client.py is flaky" in shown
+    assert token not in shown and token[:12] not in shown
+    assert "*Edit* `src/client.py` (+1 \u22121)" in shown
+    assert "@@ -1,5 +1,5 @@\n import os\n import time\n \n-MAX_RETRIES = 3\n+MAX_RETRIES" in shown
+    # Details opens the whole of it; it decides nothing.
+    alice = reviewer("U0ALICE")
+    assert await alice.click(bot, message, channel, ids.DETAILS) == 200
+    view = await opened_view(slack)
+    assert view["callback_id"] == ids.DETAILS_MODAL
+    assert "against the file as the agent's hook read it" in json.dumps(view, ensure_ascii=False)
+    assert call.done() is False
+    assert await alice.click(bot, message, channel, ids.APPROVE) == 200
+    code, out, err = await call
+    assert code == 0, err
+    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+async def test_a_transcript_the_agents_user_cannot_read_still_gets_an_answer(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, tmp_path: Path
+) -> None:
+    """The transcript shut to the agent's user (as root: without the capabilities that
+    override file modes): the hook says so on stderr and the call is reviewed without a
+    reason; the diff still comes from the file it can read."""
+    bot = await make_bot()
+    project = project_with_client(tmp_path)
+    transcript = transcripts.write(tmp_path, transcripts.CLAUDE_EDIT)
+    transcript.chmod(0)
+    prefix = ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
+    payload = edit_call(project, transcript)
+    call = asyncio.create_task(
+        run_command_hook(
+            bot,
+            "claude-code",
+            payload,
+            "--timeout",
+            "30",
+            prefix=prefix if os.geteuid() == 0 else (),
+        )
+    )
+    await click_when_posted(slack, bot, reviewer("U0ALICE"), ids.APPROVE)
+    code, out, err = await call
+    assert code == 0, err
+    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert "no reason sent: transcript not read: permission denied" in err
+    blocks = next(iter(slack.messages.values()))["blocks"]
+    shown = "\n".join(b["text"]["text"] for b in blocks if b["type"] == "section")
+    assert "*Why:*" not in shown and "-MAX_RETRIES = 3" in shown
+
+
+async def test_a_missing_transcript_and_a_malformed_context_change_nothing(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any, tmp_path: Path
+) -> None:
+    """No transcript file; then a context of the wrong shape sent to the http hook: each is
+    reviewed and answered as any call, the decision the reviewer's."""
+    bot = await make_bot()
+    project = project_with_client(tmp_path)
+    payload = edit_call(project, tmp_path / "gone.jsonl")
+    call = asyncio.create_task(run_command_hook(bot, "claude-code", payload, "--timeout", "30"))
+    await click_when_posted(slack, bot, reviewer("U0BOB"), ids.DENY, reason="not today")
+    code, out, _ = await call
+    assert code == 0
+    decision = json.loads(out)["hookSpecificOutput"]
+    assert decision["permissionDecision"] == "deny"
+    assert "not today" in decision["permissionDecisionReason"]

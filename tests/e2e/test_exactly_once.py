@@ -248,3 +248,45 @@ async def test_a_replica_holds_at_most_max_in_flight_entries(
         await asyncio.sleep(0.03)
     assert max(held) <= 4, f"held {max(held)} entries at once"
     assert all(len(copies_of(slack, rid)) == 1 for rid in rids)
+
+
+async def test_details_clicks_decide_nothing_and_touch_no_message(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    """Details (the reason and the diffs) at once with itself and with two Approve clicks:
+    modals open, nothing is recorded by them, the request is decided once and its one
+    message updated once, still with its Why."""
+    from approvals.models import CallContext
+    from bot.slack import action_ids as ids
+    from tests.support.e2e import posted_message
+
+    bot = await make_bot()
+    assert bot.ctx is not None
+    event = ApprovalEvent(
+        tool_name="Edit",
+        arguments={"file_path": "/srv/a.py", "old_string": "x = 1", "new_string": "x = 2"},
+        cwd="/srv",
+        context=CallContext(reason="x must be 2 for the migration"),
+    )
+    rid = (await bot.ctx.service.submit(event)).id
+    await slack.wait_for("chat.postMessage", 1, timeout=5)
+    _, message = posted_message(slack, rid)
+    alice, bob = reviewer("U0ALICE"), reviewer("U0BOB")
+    clicks = [alice.click(bot, message, CHANNEL, ids.DETAILS) for _ in range(3)]
+    assert await asyncio.gather(*clicks) == [200, 200, 200]
+    await slack.wait_for("views.open", 3, timeout=5)
+    assert (await bot.ctx.store.get(rid)).is_pending
+    assert slack.arrived("chat.update") == 0
+    both = await asyncio.gather(
+        alice.click(bot, message, CHANNEL, ids.APPROVE),
+        bob.click(bot, message, CHANNEL, ids.DETAILS),
+        bob.click(bot, message, CHANNEL, ids.APPROVE),
+    )
+    assert both == [200, 200, 200]
+    decided = await bot.ctx.waiter.wait(rid, timeout=5)
+    assert decided.status == "approved"
+    await slack.wait_for("chat.update", 1, timeout=5)
+    await asyncio.sleep(0.3)
+    assert slack.arrived("chat.update") == 1 and slack.arrived("chat.postMessage") == 1
+    (shown,) = copies_of(slack, rid)
+    assert not has_actions(shown) and "*Why:* x must be 2" in json.dumps(shown, ensure_ascii=False)

@@ -124,8 +124,10 @@ async def test_request_approval_of_each_kind_and_ask_human(
         assert request.prompt == "Title?"
         assert answer(await call)["input"] == "v2 is out"
 
-        call = await ask({"action": "drop_table", "arguments": {"table": "users"}})
-        await decide_next(ctx.service, "drop_table", "deny", reason="not on a Friday")
+        why = "The users table is a leftover of the v1 schema; v2 reads accounts."
+        call = await ask({"action": "drop_table", "arguments": {"table": "users"}, "reason": why})
+        request = await decide_next(ctx.service, "drop_table", "deny", reason="not on a Friday")
+        assert request.event.context is not None and request.event.context.reason == why
         result = await call
         denied = answer(result)
         assert not result.is_error  # a denial is an answer, not a failure

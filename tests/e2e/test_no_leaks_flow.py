@@ -11,7 +11,14 @@ import uuid
 from typing import Any
 
 from approvals._internal.policy_file import parse_policy
-from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
+from approvals.models import (
+    ApprovalConfig,
+    ApprovalEvent,
+    ApprovalRequest,
+    CallContext,
+    clip_reason,
+    clip_request,
+)
 from bot.core.app import Bot
 from bot.masking.masker import mask_text
 from bot.masking.rules import normalise
@@ -51,10 +58,30 @@ def short(group: list[Fake], limit: int) -> list[str]:
     return out
 
 
-async def submit(bot: Bot, group: list[Fake], config: ApprovalConfig, n: int) -> ApprovalRequest:
+async def submit(
+    bot: Bot, group: list[Fake], config: ApprovalConfig, n: int, *, context: bool = False
+) -> ApprovalRequest:
+    """A request with the group's fakes in every field; with `context`, an Edit whose reason,
+    user request and diff (old and new strings) hold them too."""
     assert bot.ctx is not None
     text = "\n".join(f.text for f in group)
     names = short(group, 200)
+    if context:
+        event = ApprovalEvent(
+            kind="file",
+            tool_name="Edit",
+            arguments={
+                "file_path": "/srv/app/.env",
+                "old_string": text,
+                "new_string": f"{text}\nx",
+            },
+            path="/srv/app/.env",
+            cwd="/srv/app",
+            call_id=uuid.uuid4().hex,
+            # Cut as the hook's context is (its end, its start; between words, no key body).
+            context=CallContext(reason=clip_reason(text), user_request=clip_request(text)),
+        )
+        return await bot.ctx.service.submit(event, config)
     event = ApprovalEvent(
         tool_name=names[n % len(names)] if names else "deploy",
         arguments={f"arg{i}": {"deep": [f.as_value]} for i, f in enumerate(group)},
@@ -119,7 +146,7 @@ async def test_no_piece_of_any_fake_reaches_slack(
         _, message = posted_message(slack, plain.id)
         assert await outsider.click(bot, message, CHANNEL, ids.APPROVE) == 200
         assert await alice.click(bot, message, CHANNEL, ids.DENY) == 200
-        view = await latest_view(slack, 3 * n + 1)
+        view = await latest_view(slack, 5 * n + 1)
         await alice.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: text}})
         # a plain Approve on a choice: "choose one of: <options>"
         _, message = posted_message(slack, choice.id)
@@ -127,7 +154,7 @@ async def test_no_piece_of_any_fake_reaches_slack(
         # the Respond modal, every secret as the answer; then a late click on the decided one
         _, message = posted_message(slack, question.id)
         assert await alice.click(bot, message, CHANNEL, ids.RESPOND) == 200
-        view = await latest_view(slack, 3 * n + 2)
+        view = await latest_view(slack, 5 * n + 2)
         await alice.submit(bot, view, {ids.INPUT_BLOCK: {ids.INPUT_ACTION: text}})
         assert bot.ctx is not None
         await bot.ctx.waiter.wait(question.id, timeout=5)
@@ -142,7 +169,7 @@ async def test_no_piece_of_any_fake_reaches_slack(
         )
         _, message = posted_message(slack, edited.id)
         assert await alice.click(bot, message, CHANNEL, ids.EDIT) == 200
-        view = await latest_view(slack, 3 * n + 3)
+        view = await latest_view(slack, 5 * n + 3)
         (field,) = [b for b in view["blocks"] if b.get("block_id") == ids.EDIT_BLOCK]
         shown = json.loads(field["element"]["initial_value"])
         broken = {k: json.dumps(v, ensure_ascii=False) + "x" for k, v in shown.items()}
@@ -157,6 +184,22 @@ async def test_no_piece_of_any_fake_reaches_slack(
         )
         decided = await bot.ctx.waiter.wait(edited.id, timeout=5)
         assert decided.decision is not None and decided.decision.edited_arguments is not None
+        # The agent's reason, the user's request and the diff: on the message, in Details
+        # (opened by a reviewer), and the message once denied.
+        explained = await submit(bot, group, ApprovalConfig(), n, context=True)
+        await slack.wait_until(
+            lambda r=explained: any(r.id in json.dumps(m) for m in slack.messages.values()),
+            10,
+            f"the post of {explained.id}",
+        )
+        _, message = posted_message(slack, explained.id)
+        assert await alice.click(bot, message, CHANNEL, ids.DETAILS) == 200
+        view = await latest_view(slack, 5 * n + 4)
+        assert view["callback_id"] == ids.DETAILS_MODAL
+        assert await alice.click(bot, message, CHANNEL, ids.DENY) == 200
+        view = await latest_view(slack, 5 * n + 5)
+        await alice.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "no"}})
+        await bot.ctx.waiter.wait(explained.id, timeout=5)
     await slack.wait_until(
         lambda: len(slack.calls_to("chat.postEphemeral")) >= 3 * len(chunks()), 10, "ephemerals"
     )

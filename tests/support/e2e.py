@@ -122,14 +122,18 @@ def click_payload(
     """The `block_actions` payload Slack sends when `user` (`Reviewer._user`'s shape) clicks
     the element `action_id` of `message` (a button, or a select's option `selected`)."""
     element: dict[str, Any] = {}
+    block_id = "approval_actions"
     for block in message.get("blocks", []):
         for el in block.get("elements", []) if block.get("type") == "actions" else []:
             if el.get("action_id") == action_id:
                 element = el
+        accessory = block.get("accessory") or {}
+        if accessory.get("action_id") == action_id:  # a section's button (Details)
+            element, block_id = accessory, str(block.get("block_id") or "section")
     assert element, f"no element {action_id!r} in the message"
     action: dict[str, Any] = {
         "action_id": action_id,
-        "block_id": "approval_actions",
+        "block_id": block_id,
         "type": element["type"],
         "action_ts": f"{time.time():.6f}",
     }
@@ -304,11 +308,13 @@ class Reviewer:
         element: dict[str, Any] = {}
         block_id = ""
         for block in view.get("blocks", []):
-            for el in block.get("elements", []) if block.get("type") == "actions" else []:
+            found = block.get("elements", []) if block.get("type") == "actions" else []
+            found = [*found, *([block["accessory"]] if "accessory" in block else [])]
+            for el in found:
                 if el.get("action_id") == action_id and str(el.get("value", "")).startswith(
                     request_id
                 ):
-                    element, block_id = el, block["block_id"]
+                    element, block_id = el, str(block.get("block_id") or "section")
         assert element, f"no {action_id!r} for {request_id} on the Home tab"
         return {
             "type": "block_actions",

@@ -10,6 +10,8 @@ the tool result comes back, the model answers `FINAL[<case>]: <the result>`.
 Every tool result is recorded per case (`results[case]`), so a check can
 see what the model read — a hook's deny reason, or the command's output.
 Anything else (titles, summaries, warm-ups) gets a short text answer.
+Before its tool call the model says why, in text (`reason_text(case)`): the
+agent's reason the command hook reads from the session's transcript.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def find_run(texts: Iterable[str]) -> tuple[str, str, str] | None:
             command = found.group(3).strip().splitlines()[0]
             return found.group(1) or "", found.group(2), command
     return None
+
+
+def reason_text(case: str) -> str:
+    """What the model says right before its tool call in `case`."""
+    return f"Checking case {case}: the command only creates its marker file, nothing else."
 
 
 def _tool_json(variant: str, payload: dict[str, Any]) -> str:
@@ -124,14 +131,15 @@ class FakeModels:
             self.results[run[1]].append(text)
             blocks = [{"type": "text", "text": f"FINAL[{run[1]}]: {text}"}]
         elif run and "Bash" in tools:
-            variant, _case, command = run
+            variant, case, command = run
             blocks = [
+                {"type": "text", "text": reason_text(case)},
                 {
                     "type": "tool_use",
                     "id": f"toolu_{uuid.uuid4().hex[:20]}",
                     "name": "Bash",
                     "input_json": _tool_json(variant, {"command": command}),
-                }
+                },
             ]
             stop = "tool_use"
         else:
@@ -242,6 +250,7 @@ class FakeModels:
                 args["sandbox_permissions"] = "require_escalated"
                 args["justification"] = f"check {case} needs to run outside the sandbox"
             output = [
+                _message(reason_text(case)),
                 {
                     "type": "function_call",
                     "id": f"fc_{uuid.uuid4().hex[:20]}",
@@ -249,7 +258,7 @@ class FakeModels:
                     "name": "exec_command",
                     "arguments": _tool_json(variant, args),
                     "status": "completed",
-                }
+                },
             ]
         else:
             output = [_message("ok")]

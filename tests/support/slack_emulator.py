@@ -586,6 +586,7 @@ class SlackEmulator:
             "chat.update": self._update,
             "chat.postEphemeral": self._post_ephemeral,
             "views.open": self._views_open,
+            "views.push": self._views_push,
             "views.update": self._views_update,
             "views.publish": self._views_publish,
             "chat.getPermalink": self._get_permalink,
@@ -700,6 +701,16 @@ class SlackEmulator:
         return {"message_ts": self._next_ts()}
 
     def _views_open(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not body.get("trigger_id") and not body.get("interactivity_pointer"):
+            raise _SlackError("invalid_trigger_id")
+        view_id = f"V{uuid.uuid4().hex[:10].upper()}"
+        view = self._view(view_id, body.get("view"))
+        view["root_view_id"] = view_id
+        self.views[view_id] = view
+        return {"view": view}
+
+    def _views_push(self, body: dict[str, Any]) -> dict[str, Any]:
+        """As Slack: a modal on top of the one a click came from (a trigger is needed)."""
         if not body.get("trigger_id") and not body.get("interactivity_pointer"):
             raise _SlackError("invalid_trigger_id")
         view_id = f"V{uuid.uuid4().hex[:10].upper()}"

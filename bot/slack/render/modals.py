@@ -1,4 +1,5 @@
-"""Block Kit modals (the Deny and Respond dialogs) and refusal texts (pure: dicts out).
+"""Block Kit modals (the Deny, Respond, Edit, Review and Details dialogs) and refusal texts
+(pure: dicts out).
 
 Strings from a request are masked and escaped as in `bot.slack.render.request_message`; a modal's
 title, submit and close texts are cut to Slack's 24 characters.
@@ -12,6 +13,7 @@ from approvals._internal.edits import current_version
 from approvals.models import ApprovalRequest
 from bot.masking.masker import mask_text
 from bot.slack import action_ids as ids
+from bot.slack.render import call_context
 from bot.slack.render.request_message import (
     MAX_OPTION_TEXT,
     MAX_SECTION,
@@ -188,6 +190,20 @@ def review_modal(
         ts,
         current_version(req),
     )
+
+
+def details_modal(req: ApprovalRequest) -> dict[str, Any]:
+    """The Details dialog of a request: the agent's whole reason, the user's request and every
+    file's whole diff (`bot.slack.render.call_context.details_blocks`), masked; nothing to
+    submit (it decides nothing, so it is bound to no version)."""
+    return {
+        "type": "modal",
+        "callback_id": ids.DETAILS_MODAL,
+        "private_metadata": ids.encode_metadata(req.id),
+        "title": _plain("Request details", MAX_MODAL_TITLE),
+        "close": _plain("Close", MAX_MODAL_TITLE),
+        "blocks": call_context.details_blocks(_view(req)),
+    }
 
 
 def modal_errors(block_id: str, message: str) -> dict[str, Any]:

@@ -25,7 +25,11 @@ from approvals._internal.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from bot.masking.masker import Masked, hidden_values, mask_arguments, mask_text
 from bot.slack import action_ids as ids
+from bot.slack.render import call_context
 from bot.slack.render.edit_form import diff_lines
+from bot.slack.render.text import clip as clip  # the text helpers, also imported from here
+from bot.slack.render.text import clip_escaped as clip_escaped
+from bot.slack.render.text import escape as escape
 
 Block = dict[str, Any]
 Message = dict[str, Any]
@@ -49,7 +53,6 @@ SENSITIVITY_BADGES = {
     "secret": "🔴 secret (values hidden)",
 }
 
-_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 #: `json.dumps(value, indent=2, ensure_ascii=False, default=str)`, its encoder made once.
 _PRETTY_JSON = json.JSONEncoder(indent=2, ensure_ascii=False, default=str).encode
 # Slack ids: a type letter, then upper-case letters and digits (at least one digit).
@@ -58,31 +61,6 @@ _CHANNEL_ID = re.compile(rf"^(?:slack:)?([{CHANNEL_LETTERS}](?=[A-Z0-9]*[0-9])[A
 
 
 # ---------------------------------------------------------------- text helpers
-
-
-def escape(text: str) -> str:
-    """Escape text for Slack mrkdwn (`&` first, so no entity is escaped twice)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def clip(text: str, limit: int, ellipsis: str = "…") -> str:
-    """Plain text cut to at most `limit` characters."""
-    return text if len(text) <= limit else text[: limit - len(ellipsis)] + ellipsis
-
-
-def clip_escaped(raw: str, limit: int, ellipsis: str = "…") -> str:
-    """`raw` escaped for mrkdwn and cut so the result fits `limit`, never inside an entity."""
-    escaped = escape(raw)
-    if len(escaped) <= limit:
-        return escaped
-    budget, used, out = limit - len(ellipsis), 0, []
-    for ch in raw:
-        piece = _ESCAPES.get(ch, ch)
-        if used + len(piece) > budget:
-            break
-        out.append(piece)
-        used += len(piece)
-    return "".join(out) + ellipsis
 
 
 def slack_date(when: datetime, fmt: str = DATE_FORMAT) -> str:
@@ -208,6 +186,8 @@ def _summary(v: _View) -> list[Block]:
     blocks: list[Block] = [
         {"type": "header", "text": _plain(f"🔐 Approval needed: {v.tool}", MAX_HEADER)}
     ]
+    why = call_context.why_blocks(v)  # the agent's reason, under the title
+    blocks += why
     about = []
     if event.agent:
         about.append(f"*Agent:* {clip_escaped(mask_text(event.agent), 200)}")
@@ -232,6 +212,9 @@ def _summary(v: _View) -> list[Block]:
         blocks.append(_section(clip_escaped(f"File: {v.mask(event.path)}", MAX_SECTION)))
     if event.cwd:
         blocks.append(_context(f"*cwd:* `{clip_escaped(v.mask(event.cwd), 250)}`"))
+    files = call_context.file_blocks(v)  # the diffs of the files it changes
+    blocks += files
+    call_context.with_details_button([*why, *files], req.id)
     if v.arguments:
         text = _PRETTY_JSON(v.arguments)
         blocks.append(_code_section("Arguments", text, what="arguments", request_id=req.id))

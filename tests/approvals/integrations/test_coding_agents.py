@@ -76,7 +76,11 @@ def test_claude_translation_table(
     tool: str, tool_input: dict[str, Any], kind: str, command: str | None, path: str | None
 ) -> None:
     event = event_from_claude(claude(tool, tool_input))
-    assert event == ApprovalEvent(
+    # What a file tool changes is drawn into the context (tests/approvals/internal/
+    # test_file_changes.py), always for the file the event names.
+    files = event.context.files if event.context else ()
+    assert [f.path for f in files] == ([path] if path and tool != "MultiEdit" else [])
+    assert event.model_copy(update={"context": None}) == ApprovalEvent(
         kind=kind,
         tool_name=tool,
         arguments=tool_input,
@@ -609,3 +613,75 @@ async def test_report_tells_each_problem_in_one_plain_line(ctx: BotContext) -> N
     await answer_hook("codex", {"hook_event_name": "PreToolUse"}, down, ctx.waiter.wait,
                       timeout=1, report=lines.append)  # fmt: skip
     assert len(lines) == 1 and lines[0].endswith("; denied") and "Traceback" not in lines[0]
+
+
+# -- approval_context: the agent's reason and the files as its hook read them ----------------
+
+
+def test_the_context_field_gives_the_reason_and_a_diff_against_the_file() -> None:
+    from approvals.integrations.coding_agents import CONTEXT_FIELD
+
+    edit = {"file_path": "src/app.py", "old_string": "DEBUG = True", "new_string": "DEBUG = False"}
+    context = {
+        "reason": "Debug mode leaks stack traces in production.",
+        "user_request": "harden the prod config",
+        "files": [{"path": "src/app.py", "exists": True, "text": "import os\nDEBUG = True\n"}],
+    }
+    event = event_from_claude(claude("Edit", edit, **{CONTEXT_FIELD: context}))
+    assert event.context is not None
+    assert event.context.reason == "Debug mode leaks stack traces in production."
+    assert event.context.user_request == "harden the prod config"
+    (change,) = event.context.files
+    assert change.basis == "file" and change.diff.startswith("@@ -1,2 +1,2 @@\n import os\n")
+    # Not part of what is decided: the same call without it has the same fingerprint.
+    plain = event_from_claude(claude("Edit", edit))
+    assert ApprovalRequest(event=event).fingerprint == ApprovalRequest(event=plain).fingerprint
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        "a string",
+        ["a", "list"],
+        {"reason": 5, "user_request": {"x": 1}, "files": "nope"},
+        {"files": [1, None, {"path": 7}, {"path": "src/app.py", "text": 9, "note": ["x"]}]},
+        {"reason": "   ", "user_request": ""},
+        {"reason": "r" * 100_000},
+    ],
+)
+def test_a_malformed_context_is_left_out_never_a_deny(context: Any) -> None:
+    from approvals.integrations.coding_agents import CONTEXT_FIELD
+
+    edit = {"file_path": "src/app.py", "old_string": "a", "new_string": "b"}
+    event = event_from_claude(claude("Edit", edit, **{CONTEXT_FIELD: context}))
+    assert event.tool_name == "Edit" and event.arguments == edit
+    assert event.context is not None and len(event.context.files) == 1  # from the call alone
+    assert event.context.reason is None or len(event.context.reason) <= 2000
+
+
+async def test_answer_hook_with_a_malformed_context_gets_the_reviewers_answer(
+    ctx: BotContext,
+) -> None:
+    from approvals.integrations.coding_agents import CONTEXT_FIELD
+
+    payload = claude("Bash", {"command": "make deploy"}, **{CONTEXT_FIELD: {"files": {"x": 1}}})
+
+    async def submit(event: ApprovalEvent) -> ApprovalRequest:
+        return await ctx.service.submit(event, ApprovalConfig(deadline_seconds=30))
+
+    async def wait(request_id: str, seconds: float) -> ApprovalRequest:
+        return await ctx.waiter.wait(request_id, seconds)
+
+    async def approve_when_asked() -> None:
+        for _ in range(100):
+            pending = await ctx.store.list_pending()
+            if pending:
+                await ctx.service.decide(pending[0].id, "approve", Actor("U0REVIEWER"))
+                return
+            await asyncio.sleep(0.05)
+
+    reviewer = asyncio.create_task(approve_when_asked())
+    output = await answer_hook("claude-code", payload, submit, wait, timeout=20)
+    await reviewer
+    assert output is not None
+    assert output["hookSpecificOutput"]["permissionDecision"] == "allow"

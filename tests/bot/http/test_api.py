@@ -1018,3 +1018,20 @@ async def _one_goes_away(
     await writer.wait_closed()
     assert ctx.waiter.waiting == 0
     assert total(await scrape(bot), "approvals_long_polls_parked", via="api") == 0
+
+
+async def test_a_reason_is_shown_to_reviewers_and_bounded(client: Client, ctx: BotContext) -> None:
+    made = await create(client, reason="  The cache is stale after the schema change.  ")
+    stored = await ctx.store.get(made["id"])
+    assert stored.event.context is not None
+    assert stored.event.context.reason == "The cache is stale after the schema change."
+    assert made["reason"] is None  # the approval object's reason is the decision's
+    blank = await create(client, reason="   ")
+    assert (await ctx.store.get(blank["id"])).event.context is None
+    resp = await client.post(
+        "/v1/approvals",
+        json={"tool_name": "deploy", "arguments": {}, "reason": "x" * 2001},
+        headers=AUTH,
+    )
+    error = await error_of(resp, 422)
+    assert "reason" in json.dumps(error)

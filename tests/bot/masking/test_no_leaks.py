@@ -24,12 +24,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from approvals._internal.file_changes import Original, changes_for
 from approvals.models import (
     MAX_OPTION_LEN,
     ApprovalConfig,
     ApprovalEvent,
     ApprovalRequest,
+    CallContext,
     Decision,
+    FileChange,
     Proposal,
     Vote,
 )
@@ -77,7 +80,8 @@ def requests_for(fake: Fake) -> Iterator[ApprovalRequest]:
     configs = [ApprovalConfig(prompt=text), ApprovalConfig(kind="input")]
     if option:
         configs.append(ApprovalConfig(kind="choice", options=("keep", option)))
-    for config in configs:
+    events = [event, *context_events(fake, event)]
+    for config, event in [(c, e) for c in configs for e in events]:
         pending = ApprovalRequest(event=event, config=config, requester=short, quorum=2)
         yield pending
         yield pending.model_copy(
@@ -107,6 +111,43 @@ def requests_for(fake: Fake) -> Iterator[ApprovalRequest]:
         yield pending.model_copy(update={"status": "approved", "decision": approved})
 
 
+def context_files(fake: Fake, text: str) -> tuple[FileChange, ...]:
+    """The diffs of calls carrying `text` every way a file change can: an Edit's old and new
+    strings against a file holding it, a Write, a NotebookEdit, a Codex patch, a unified diff."""
+    plus = "\n".join("+" + line for line in text.splitlines())
+    minus = "\n".join("-" + line for line in text.splitlines())
+    n = len(text.splitlines())
+    diff = f"--- a/f.txt\n+++ b/f.txt\n@@ -1,{n} +1,{n} @@\n{minus}\n{plus}\n"
+    calls: list[tuple[str, dict[str, Any], dict[str, Original]]] = [
+        (
+            "Edit",
+            {"file_path": "/srv/a.py", "old_string": text, "new_string": f"x = 1\n{text}\n"},
+            {"/srv/a.py": Original(True, f"head\n{text}\ntail\n")},
+        ),
+        ("Write", {"file_path": "/srv/b.env", "content": f"{text}\n"}, {}),
+        (
+            "Write",
+            {"file_path": "/srv/c.env", "content": "new"},
+            {"/srv/c.env": Original(True, text)},
+        ),
+        ("NotebookEdit", {"notebook_path": "/srv/n.ipynb", "new_source": text}, {}),
+        ("apply_patch", {"command": f"*** Begin Patch\n*** Add File: d.txt\n{plus}\n"}, {}),
+        ("Bash", {"command": f"git apply <<'EOF'\n{diff}EOF"}, {}),
+    ]
+    found: list[FileChange] = []
+    for tool, arguments, originals in calls:
+        found += changes_for(tool, arguments, originals)[0]
+    return tuple(found)
+
+
+def context_events(fake: Fake, event: ApprovalEvent) -> Iterator[ApprovalEvent]:
+    """`event` with a context carrying `fake` too: as the agent's reason, the user's request,
+    and in the diffs of every kind of file change."""
+    text = fake.text
+    context = CallContext(reason=text, user_request=text, files=context_files(fake, text))
+    yield event.model_copy(update={"context": context, "cwd": "/srv"})
+
+
 def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     """Everything the bot can send to Slack about `req` in its state, as the dispatcher and
     the listeners build it."""
@@ -121,6 +162,7 @@ def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     lists = home.Lists([req], []) if req.is_pending else home.Lists([], [req])
     yield "home", {"view": home.home_view(lists)}
     yield "slash one", home.slash_one(req)
+    yield "details_modal", {"view": modals.details_modal(req)}
     if req.is_pending:
         yield "slash list", home.slash_list([req])
     if not req.is_pending:
@@ -200,7 +242,8 @@ def _wire(req: ApprovalRequest) -> Iterator[tuple[str, str]]:
 FIELDS = (
     "tool_name", "agent", "session_id", "principal", "command", "path", "cwd", "prompt",
     "argument", "argument_key", "nested", "list_item", "permissions", "option", "reason",
-    "input", "selection", "note", "edited", "decided_by",
+    "input", "selection", "note", "edited", "decided_by", "why", "asked", "diff_new",
+    "diff_old",
 )  # fmt: skip
 SHORT_FIELDS = {"tool_name": 200, "agent": 200, "session_id": 200, "principal": 64}
 SHORT_FIELDS |= {"option": MAX_OPTION_LEN, "selection": MAX_OPTION_LEN, "decided_by": 200}
@@ -236,6 +279,12 @@ def _request(
         session_id=get("session_id"),
         permissions={"rules": [values["permissions"]]} if "permissions" in values else None,
     )
+    if any(k in values for k in ("why", "asked", "diff_new", "diff_old")):
+        old, new = get("diff_old") or "a = 1", get("diff_new") or "a = 2"
+        edit = {"file_path": "/srv/a.py", "old_string": old, "new_string": new}
+        files, _ = changes_for("Edit", edit, {"/srv/a.py": Original(True, f"x\n{old}\ny\n")})
+        context = CallContext(reason=get("why"), user_request=get("asked"), files=files)
+        event = event.model_copy(update={"context": context})
     config = ApprovalConfig(kind=kind, options=options, prompt=get("prompt"))
     req = ApprovalRequest(event=event, config=config, principal=get("principal"), quorum=2)
     if "note" in values or "edited" in values:
