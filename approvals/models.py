@@ -193,7 +193,10 @@ def clip_reason(text: str | None, limit: int = MAX_REASON) -> str | None:
     else:
         space = next((i for i, ch in enumerate(tail) if ch.isspace()), None)
         tail = tail[space:] if space is not None else ""
-    return "…" + tail.lstrip()
+    # A space after the mark: the kept text starts a word, as it did in the whole text (a
+    # masking rule that wants a boundary before a key or a URL still finds one).
+    tail = tail.lstrip()
+    return "… " + tail if tail else "…"
 
 
 def clip_request(text: str | None, limit: int = MAX_USER_REQUEST) -> str | None:

@@ -187,7 +187,9 @@ RULES: tuple[Rule, ...] = (
     # (The last `@` of the word ends it; a scheme starts a run of scheme characters.)
     Rule(
         "url_credentials",
-        re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:"),
+        # (dots or dashes glued before the scheme are no part of it: `…redis://` as a
+        # clipped text starts)
+        re.compile(r"(?<![A-Za-z0-9+.\-])[+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:"),
         hints=("://",),
         tail=re.compile(r"(?P<secret>[^\s]+?)@(?=[^\s@]*(?:[\s\"'`<>]|\Z))"),
         skip=re.compile(r"\S*"),
@@ -344,7 +346,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "key_assignment",
         re.compile(
-            rf"(?<!{_KEY_CHARS})[\"']?(?P<key>[A-Za-z_]{_KEY_CHARS}*)[\"']?"
+            # (dots or dashes before the name are no part of it: `…OPENAI_KEY=` as a
+            # clipped text starts, `--db.password=`)
+            rf"(?<!{_KEY_CHARS})[\"']?[.\-]*(?P<key>[A-Za-z_]{_KEY_CHARS}*)[\"']?"
             r"(?:\s*(?:=>|:=|=|:)\s*)"
         ),
         hints=("=", ":"),

@@ -182,7 +182,7 @@ def test_a_reason_keeps_its_end_and_a_request_its_start_cut_between_words() -> N
     reason = clip_reason(words, 100)
     request = clip_request(words, 100)
     assert reason is not None and request is not None
-    assert reason.startswith("…word") and reason.endswith("word999") and len(reason) <= 100
+    assert reason.startswith("… word") and reason.endswith("word999") and len(reason) <= 100
     assert request.startswith("word0 ") and request.endswith("…") and len(request) <= 100
     assert all(w.startswith("word") for w in reason[1:].split())  # no word cut in two
     assert clip_reason("  ") is None and clip_request(None) is None
@@ -195,6 +195,6 @@ def test_a_reason_cut_inside_a_private_key_keeps_none_of_it() -> None:
     body = "\n".join("MIIEow" + "A" * 58 for _ in range(30))
     key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
     reason = clip_reason(f"see {key}\nthen I'll deploy it", 200)
-    assert reason == "…then I'll deploy it"
+    assert reason == "… then I'll deploy it"
     unterminated = clip_reason(f"see -----BEGIN RSA PRIVATE KEY-----\n{body}", 200)
     assert unterminated == "…"

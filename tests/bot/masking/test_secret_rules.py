@@ -103,3 +103,25 @@ def test_every_pattern_finds_a_fake_of_its_own(index: int) -> None:
         if any(s <= at and at + len(secret) <= e for s, e, _ in find(text, (rule,))):
             return
     pytest.fail(f"no fake in the corpus is found by pattern {index} ({rule.name})")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["...OPENAI_KEY=GRmn0iF3$9xq", "…OPENAI_KEY=GRmn0iF3$9xq", "--db.password=GRmn0iF3$9xq"],
+)
+def test_a_key_after_dots_or_dashes_is_still_a_key(text: str) -> None:
+    """A clipped text starts with `…` or `...` (a reason kept by its end): the key right
+    after it is no less a key."""
+    from bot.masking.masker import mask_text
+
+    assert "GRmn0iF3" not in mask_text(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["…redis://:QPUCI3qRwKuO0XTg+5@cache.internal:6379/0", ".-redis://:QPUCI3qRwKuO0XTg+5@h"],
+)
+def test_a_url_after_dots_or_dashes_still_has_its_credentials_masked(text: str) -> None:
+    from bot.masking.masker import mask_text
+
+    assert "QPUCI3qRwKuO" not in mask_text(text)

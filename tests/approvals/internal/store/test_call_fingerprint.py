@@ -48,7 +48,9 @@ CHANGES: dict[str, tuple[str, str, Any]] = {
     "answer prompt": ("config", "prompt", "Deploy to every region?"),
     "route": ("request", "requested_route", "default"),
 }
-NOT_FINGERPRINTED_EVENT = {"call_id", "arguments_schema"}
+#: `context` explains a call (the agent's reason, diffs): a retry with a reworded reason is
+#: the same call.
+NOT_FINGERPRINTED_EVENT = {"call_id", "arguments_schema", "context"}
 NOT_FINGERPRINTED_CONFIG = {
     "sensitivity",
     "deadline_seconds",
