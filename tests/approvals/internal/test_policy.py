@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from approvals._internal.policy import Policy
+from approvals._internal.policy import Policy, Route
 from approvals._internal.policy_file import (
     PolicyError,
     default_policy,
@@ -690,3 +690,16 @@ def test_field_errors_and_route_references_are_reported_together(tmp_path: Path)
     assert any("routes.default.quorum" in line for line in lines), lines
     assert f"{bad}: routes.ops.escalate_to: required when on_timeout is 'escalate'" in lines
     assert any(line.startswith(f"{bad}: rules[0].route: unknown route 'nowhere'") for line in lines)
+
+
+def test_only_an_explicit_approve_approves_on_timeout() -> None:
+    """Fail closed in the code, not only in the file check: a route escalating nowhere (an
+    unchecked policy) or an `on_timeout` this version does not know denies."""
+    nowhere = Route(channel="C0A", on_timeout="escalate")
+    unknown = Route.model_construct(channel="C0B", on_timeout="approve-later")
+    policy = Policy(routes={"nowhere": nowhere, "unknown": unknown})
+    assert policy.on_timeout("nowhere").action == "deny"
+    assert policy.on_timeout("unknown").action == "deny"
+    assert Policy(routes={"a": Route(channel="C0A", on_timeout="approve")}).on_timeout(
+        "a"
+    ).action == ("approve")
