@@ -115,12 +115,14 @@ class ApprovalService:
         """Create the request for `event`, asked by `principal` (the caller's identity, from
         its credentials; None for trusted in-process callers). A policy `allow`/`deny` or a
         session grant decides it at once (audited, never posted); otherwise it is posted to
-        its route's channel. `route` names a policy route to ask on when no rule names one
-        (`InvalidRequest` for a route the policy does not have); rules and sensitivity routes
-        still win, so a caller cannot pick a laxer route than the policy's. `created` is
-        false when the principal's call_id had already made this same request
-        (`CallIdConflict` when it made a different one). A `callback` the policy does not
-        allow is `InvalidRequest` (nothing is stored).
+        its route's channel. `route` names a policy route to ask on when no rule names one:
+        only a route the policy lets `principal` name (`Policy.may_name`), or the one it
+        picks anyway (`InvalidRequest` otherwise, and for a route the policy does not have);
+        the policy's own route stays the floor of every field (`Policy.evaluate`), so a
+        caller cannot get a laxer outcome by naming a route. `created` is false when the
+        principal's call_id had already made this same request (`CallIdConflict` when it
+        made a different one). A `callback` the policy does not allow is `InvalidRequest`
+        (nothing is stored).
 
         The person who may not decide it (`requester`) is the Slack user the policy ties
         `principal` to; `requester` adds one for trusted in-process callers only (the HTTP
@@ -135,17 +137,24 @@ class ApprovalService:
                 details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
             )
         decision = self.policy.evaluate(event, config, requested_route=route)
+        if route is not None and not self.policy.may_name(route, principal):
+            if route != self.policy.evaluate(event, config).route_name:
+                raise InvalidRequest(
+                    f"principal {principal!r} may not name route {route!r}: the policy's "
+                    f"routes.{route}.callers does not list it",
+                    details=[{"loc": ["route"], "msg": "route not allowed", "type": "value_error"}],
+                )
         policy_route = decision.route
         # What the policy says over what the caller asked (one copy, only if anything differs).
         changes: dict[str, Any] = {}
         if decision.sensitivity != config.sensitivity:
             changes["sensitivity"] = decision.sensitivity
-        if policy_route and policy_route.allow_for_session and not config.allow_for_session:
+        if decision.allow_for_session and not config.allow_for_session:
             changes["allow_for_session"] = True
-        tool_grants = bool(policy_route and policy_route.allow_tool_grants)
+        tool_grants = decision.allow_tool_grants
         if config.allow_tool_grants != tool_grants:  # the route's word, never the caller's
             changes["allow_tool_grants"] = tool_grants
-        edits = policy_route.allow_edits if policy_route else True
+        edits = decision.allow_edits
         if config.allow_edits != edits:  # the route's word, never the caller's
             changes["allow_edits"] = edits
         effective = config.model_copy(update=changes) if changes else config
@@ -162,6 +171,7 @@ class ApprovalService:
             requester=self.policy.slack_user_of(principal) or requester,
             principal=principal,
             requested_route=route,
+            floor=decision.floor,
             metadata=metadata or {},
             callback=callback,
             notify=notify,
@@ -473,6 +483,7 @@ class ApprovalService:
                 await self.store.forget_deadline(request_id)
             return ExpiryResult(request_id, "skipped", request)
         action = self.policy.on_timeout(request.route, request.escalations)
+        floor = request.floor  # a route the caller named: the policy's own route's floor
         if action.action == "escalate" and action.route is not None and action.route_name:
             seconds = action.deadline_seconds or request.config.deadline_seconds or 3600
             moved = await self.store.escalate(
@@ -480,11 +491,13 @@ class ApprovalService:
                 route=action.route_name,
                 channel=action.route.channel,
                 deadline_at=self.store.now() + timedelta(seconds=seconds),
-                quorum=action.route.quorum,
+                quorum=max(action.route.quorum, floor.quorum if floor else 1),
                 reviewers=action.route.reviewers,
             )
             return ExpiryResult(request_id, "escalated" if moved else "skipped")
-        if action.action == "approve":
+        # Only an explicit approve approves (anything else, known or not, denies), and on a
+        # route its caller named, only where the policy's own route approves on timeout too.
+        if action.action == "approve" and (floor is None or floor.approve_on_timeout):
             decision = Decision.approve(by="timeout", via="timeout")
             decision = decision.model_copy(update={"reason": "approved on timeout by route policy"})
             result = await self.store.resolve(

@@ -17,7 +17,7 @@ from approvals._internal.policy_file import (
     parse_policy,
 )
 from approvals.errors import InvalidRequest
-from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.models import ApprovalConfig, ApprovalEvent, RouteFloor
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "policy.example.yaml"
 
@@ -378,6 +378,8 @@ ERRORS = [
         "(got 'two')"),
     err("wrong-type-bool", with_route(allow_for_session="maybe"),
         "routes.x.allow_for_session: input should be a valid boolean"),
+    err("bad-caller", with_route(callers=["ci agent"]),
+        "routes.x.callers[0]: 'ci agent' is not a principal name (an API token's name) or '*'"),
     err("wrong-type-list", with_route(reviewers="U0ANN"),
         "routes.x.reviewers: input should be a valid list"),
     err("wrong-type-rules", merged(valid(), rules={"name": "a"}),
@@ -653,6 +655,10 @@ def test_example_file_loads_and_says_what_it_claims() -> None:
     assert policy.on_timeout("payments").route_name == "payments-oncall"
     assert policy.on_timeout("payments", escalations=2).action == "deny"
     assert policy.on_timeout("docs").action == "approve"
+    assert policy.may_name("docs", "docs-bot") and not policy.may_name("docs", "ci-agent")
+    # Named by docs-bot, a shell call is asked on docs but never approved by its timeout.
+    named = policy.evaluate(event("Bash", arguments={"command": "ls"}), requested_route="docs")
+    assert (named.route_name, named.floor) == ("docs", RouteFloor(route="default", quorum=1))
 
 
 def test_a_rule_quorum_larger_than_its_routes_reviewers_is_refused() -> None:
