@@ -223,6 +223,9 @@ class Vote(BaseModel):
     outcome: Literal["approve", "deny"]
     at: datetime = Field(default_factory=utcnow)
     reason: str | None = None
+    #: An approval for the session: the grant scope this reviewer chose (a grant is given
+    #: only when a quorum of the approving votes chose one: the narrowest chosen).
+    scope: GrantScope | None = None
 
 
 class Proposal(BaseModel):

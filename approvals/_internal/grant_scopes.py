@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from approvals.models import ApprovalEvent, ApprovalRequest, GrantScope
 
+#: Narrowest first: a quorum that chose several is given the first (`vote.lua` ranks them so).
 SCOPES: tuple[GrantScope, ...] = ("call", "prefix", "tool")
 
 #: Characters that make a command line more than one plain command (or expand to one).
@@ -187,6 +188,26 @@ def shell_command(event: ApprovalEvent) -> str | None:
         return None
     command = event.command or event.arguments.get("command")
     return command if isinstance(command, str) else None
+
+
+def approved_call(request: ApprovalRequest) -> ApprovalEvent | None:
+    """The call an approval of `request` let run: the agent's own, or the reviewer's edit
+    (`Decision.edited_arguments`); None when an edit cannot be told as a call the agent
+    would send (a command or file event whose command or path the edit does not carry)."""
+    decision = request.decision
+    edited = decision.edited_arguments if decision is not None else None
+    if edited is None:
+        return request.event
+    event = request.event
+    update: dict[str, object] = {"arguments": edited}
+    if event.command is not None:
+        command = edited.get("command")
+        if not isinstance(command, str):
+            return None
+        update["command"] = command
+    if event.path is not None:
+        return None
+    return event.model_copy(update=update)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from approvals._internal.edits import check_edit, current_version, version_of
-from approvals._internal.grant_scopes import Grant, ScopeOption, call_hash, offered
+from approvals._internal.grant_scopes import Grant, ScopeOption, approved_call, call_hash, offered
 from approvals._internal.policy import Policy
 from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.grants import GrantStore
@@ -247,19 +247,26 @@ class ApprovalService:
         version: str | None = None,
     ) -> VoteResult:
         """Record `actor`'s decision. An approval is of the arguments proposed now (a
-        reviewer's edit, `approvals/_internal/edits.py`, else the agent's); with `version` (what the
-        actor was shown), a request edited since is left alone: `stale`. Raises
-        `NotAllowed` (with `.details` = "self" or "not_reviewer") and `InvalidRequest`; a
-        late or duplicate decision is a normal result (`closed` / `duplicate`) carrying the
-        request as it stands. With `for_session`, an approval also grants the caller the
-        chosen `scope` (one of `scope_options(request)`) for the rest of the session."""
+        reviewer's edit, `approvals/_internal/edits.py`, else the agent's). `version` is the
+        version of the arguments the actor was shown ('' = the agent's own); a request
+        edited since is left alone: `stale`, nothing recorded. Every decision control passes
+        it; without it (trusted callers in-process) the version read here is the one bound,
+        and the store's script checks it either way, so an edit landing meanwhile is never
+        approved unseen. Raises `NotAllowed` (with `.details` = "self" or "not_reviewer")
+        and `InvalidRequest`; a late or duplicate decision is a normal result (`closed` /
+        `duplicate`) carrying the request as it stands. With `for_session`, an approval also
+        asks for a grant of the chosen `scope` (one of `scope_options(request)`; never for an
+        edited call) for the rest of the session: given when the request is approved with a
+        quorum of its approving votes for the session, with the narrowest scope chosen, and
+        covering exactly the call approved."""
         for name, text in (("reason", reason), ("input", input)):
             if text is not None and len(text) > MAX_TEXT:
                 raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
         request = await self.store.get(request_id)
         if not request.is_pending:
             return VoteResult("closed", request)
-        if version is not None and version != current_version(request):
+        seen = current_version(request) if version is None else version
+        if seen != current_version(request):
             return VoteResult("stale", request)
         refusal = await self.may_decide(request, actor)
         if refusal == "self":
@@ -290,7 +297,9 @@ class ApprovalService:
                         "edited_by": request.proposal.by,
                     }
                 )
-            resolved = await self.store.resolve(request_id, decision)
+            resolved = await self.store.resolve(request_id, decision, expected_version=seen)
+            if resolved.stale:
+                return VoteResult("stale", resolved.request)
             result = VoteResult("decided" if resolved.won else "closed", resolved.request)
         else:
             result = await self.store.vote(
@@ -317,10 +326,11 @@ class ApprovalService:
                     selection=selection,
                     for_session=for_session,
                     scope=scope,
-                    version=version if version is not None else current_version(request),
+                    version=seen,
                 )
-        if result.status == "decided" and outcome == "approve" and for_session:
-            await self._grant(result.request, scope)
+        decided = result.request.decision
+        if result.status == "decided" and decided is not None and decided.for_session:
+            await self._grant(result.request, decided.scope or "call")
         return result
 
     async def edit(
@@ -401,6 +411,11 @@ class ApprovalService:
             raise InvalidRequest(
                 "approve-for-session is not offered for this request", details="for_session"
             )
+        if for_session and request.proposal is not None:
+            raise InvalidRequest(
+                "approve-for-session is not offered for an edited call; approve it as edited",
+                details="for_session",
+            )
         if for_session and not request.event.session_id:
             raise InvalidRequest(
                 "approve-for-session needs a session_id on the request", details="for_session"
@@ -412,8 +427,13 @@ class ApprovalService:
             )
 
     async def _grant(self, request: ApprovalRequest, scope: GrantScope) -> Grant | None:
-        """Give the caller of `request` the grant its reviewer chose."""
-        option = next((o for o in self.scope_options(request) if o.scope == scope), None)
+        """Give the caller of `request` the grant its reviewers chose, for exactly the call
+        they approved (`approved_call`: the edit, if any)."""
+        approved = approved_call(request)
+        if approved is None:
+            return None
+        shown = request.model_copy(update={"event": approved})
+        option = next((o for o in self.scope_options(shown) if o.scope == scope), None)
         session = request.event.session_id
         if option is None or not session:
             return None
@@ -424,7 +444,7 @@ class ApprovalService:
             agent=request.event.agent,
             tool_name=request.event.tool_name,
             scope=option.scope,
-            call=call_hash(request.event) if option.scope == "call" else None,
+            call=call_hash(approved) if option.scope == "call" else None,
             words=option.words,
             label=option.label,
             route=request.route,
