@@ -323,6 +323,9 @@ class Vote(BaseModel):
     outcome: Literal["approve", "deny"]
     at: datetime = Field(default_factory=utcnow)
     reason: str | None = None
+    #: An approval for the session: the grant scope this reviewer chose (a grant is given
+    #: only when a quorum of the approving votes chose one: the narrowest chosen).
+    scope: GrantScope | None = None
 
 
 class Proposal(BaseModel):
@@ -345,6 +348,21 @@ class SlackMessage(BaseModel):
 
     channel: str
     ts: str
+
+
+class RouteFloor(BaseModel):
+    """What a request asked on a route its caller named keeps of the route the policy itself
+    chose (`approvals/_internal/policy.py` `Policy.evaluate`): the caller's route may make
+    the request stricter, never laxer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The route the policy would have asked on.
+    route: str = Field(max_length=100)
+    #: The fewest approvals any route the request moves to may ask for.
+    quorum: int = Field(default=1, ge=1, le=20)
+    #: Whether a deadline may approve it: only when both routes approve on timeout.
+    approve_on_timeout: bool = False
 
 
 class ApprovalRequest(BaseModel):
@@ -375,6 +393,8 @@ class ApprovalRequest(BaseModel):
     principal: str | None = Field(default=None, max_length=64)
     #: The route the caller asked for (a policy route name), if any.
     requested_route: str | None = Field(default=None, max_length=100)
+    #: Set when the request is asked on the route its caller named instead of the policy's.
+    floor: RouteFloor | None = None
     #: A reviewer's edit awaiting the quorum's votes (`approvals/_internal/edits.py`).
     proposal: Proposal | None = None
     #: A Slack user id the caller asked to be told the outcome (a DM); never an actor.

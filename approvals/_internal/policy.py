@@ -39,6 +39,7 @@ from approvals.models import (
     ApprovalConfig,
     ApprovalEvent,
     EventKind,
+    RouteFloor,
     Sensitivity,
 )
 from approvals.webhooks import CallbackPolicy
@@ -52,6 +53,10 @@ DEFAULT_ROUTE = "default"
 #: the setting, or, with Slack off, they wait for a decision from the CLI or the API.
 UNROUTED_CHANNEL = "C0UNROUTED"
 MAX_QUORUM = 20
+#: `callers: ["*"]`: any principal may name the route.
+ANY_CALLER = "*"
+#: A principal's name (`bot/http/principals.py` `NAME`: an API token's name).
+_PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _LEVEL: dict[str, int] = {"low": 0, "pii": 1, "secret": 2}
 _STRICTEST_FIRST: tuple[Sensitivity, ...] = ("secret", "pii", "low")
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -66,6 +71,12 @@ def _channel_id(value: str) -> str:
 def _reviewer_id(value: str) -> str:
     if not REVIEWER_ID.fullmatch(value):
         raise ValueError(f"{value!r} is not a Slack user id (U…, W…) or user-group id (S…)")
+    return value
+
+
+def _caller(value: str) -> str:
+    if value != ANY_CALLER and not _PRINCIPAL.fullmatch(value):
+        raise ValueError(f"{value!r} is not a principal name (an API token's name) or '*'")
     return value
 
 
@@ -95,6 +106,7 @@ def _listify(value: Any) -> Any:
 
 ChannelId = Annotated[str, AfterValidator(_channel_id)]
 ReviewerId = Annotated[str, AfterValidator(_reviewer_id)]
+Caller = Annotated[str, AfterValidator(_caller)]
 Regex = Annotated[str, AfterValidator(_regex)]
 Names = Annotated[list[str] | None, BeforeValidator(_listify), Field(min_length=1)]
 
@@ -202,6 +214,9 @@ class Route(BaseModel):
     remind_after: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
     remind_every: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_SECONDS)
     remind_via: Literal["dm", "thread"] = "dm"
+    #: Principals (API token names; `*`: any) that may ask for this route by name (`route:`
+    #: in a request). The policy's own choice still sets the floor: `Policy.evaluate`.
+    callers: list[Caller] = Field(default_factory=list)
 
 
 class Rule(BaseModel):
@@ -266,6 +281,14 @@ class PolicyDecision(BaseModel):
     quorum: int = 1
     #: `ask` only: the route's (or the policy default's) deadline, else the caller's.
     deadline_seconds: float | None = None
+    #: `ask` only: what the route offers the reviewer (approve for session, whole-tool
+    #: grants, edits); on a route the caller named, only what both routes offer.
+    allow_for_session: bool = False
+    allow_tool_grants: bool = False
+    allow_edits: bool = True
+    #: `ask` on a route the caller named instead of the policy's own: what the request keeps
+    #: of the policy's route (`RouteFloor`).
+    floor: RouteFloor | None = None
 
 
 class TimeoutAction(BaseModel):
@@ -312,6 +335,15 @@ class Policy(BaseModel):
         link = self.principals.get(principal) if principal else None
         return link.slack_user if link else None
 
+    def may_name(self, route_name: str, principal: str | None) -> bool:
+        """Whether a caller may ask for `route_name` by name: a principal only a route whose
+        `callers` lists it (or `*`); a trusted in-process caller (no principal: it holds the
+        store's own credentials) any route."""
+        route = self.routes.get(route_name)
+        if route is None:
+            return False
+        return principal is None or ANY_CALLER in route.callers or principal in route.callers
+
     def evaluate(
         self,
         event: ApprovalEvent,
@@ -319,9 +351,17 @@ class Policy(BaseModel):
         *,
         requested_route: str | None = None,
     ) -> PolicyDecision:
-        """Fold every matching rule into one decision; no match → ask on the default route
-        (or on `requested_route`, a route the caller named; a rule's route and a sensitivity
-        route still win over it)."""
+        """Fold every matching rule into one decision; no match → ask on the default route.
+
+        `requested_route` is a route the caller named (who may name which is `may_name`,
+        checked by the caller of this). It is where the request is asked — channel,
+        reviewers, escalation chain — only when no rule names a route and no sensitivity
+        route applies; then the policy's own route still sets the floor, field by field:
+        the larger quorum; a timeout that approves only when both routes' do, and then the
+        later of their deadlines; approve-for-session, whole-tool grants and edits only
+        where both offer them (`PolicyDecision.floor` keeps what an escalation or a deadline
+        needs of it). A caller can make a request stricter by naming a route, never laxer.
+        """
         config = config or ApprovalConfig()
         matched = [r for r in self.rules if r.match.matches(event, config.sensitivity)]
         merged = merge_outcomes(RuleOutcome(decision=r.action, reason=_reason(r)) for r in matched)
@@ -339,9 +379,8 @@ class Policy(BaseModel):
         if action != "ask":
             return decision
         best = max(winners, key=self._rule_quorum, default=None)  # first of the strictest
-        fallback = requested_route if requested_route in self.routes else DEFAULT_ROUTE
         named = best.route if best else None
-        route_name = named or fallback
+        route_name = named or DEFAULT_ROUTE
         quorum = self._rule_quorum(best) if best and named else self._route_quorum(route_name)
         if best and not named and best.quorum:
             quorum = best.quorum
@@ -351,14 +390,50 @@ class Policy(BaseModel):
             quorum = max(quorum, self._route_quorum(strict_name))
         route = self.routes.get(route_name)  # None only in an unchecked Policy()
         deadline = self.deadline_for(route) if route else self.defaults.deadline_seconds
-        return decision.model_copy(
-            update={
-                "route_name": route_name,
-                "route": route,
-                "quorum": quorum,
-                "deadline_seconds": deadline if deadline is not None else config.deadline_seconds,
-            }
-        )
+        update: dict[str, Any] = {
+            "route_name": route_name,
+            "route": route,
+            "quorum": quorum,
+            "deadline_seconds": deadline if deadline is not None else config.deadline_seconds,
+            "allow_for_session": bool(route and route.allow_for_session),
+            "allow_tool_grants": bool(route and route.allow_tool_grants),
+            "allow_edits": route.allow_edits if route else True,
+        }
+        chosen = self.routes.get(requested_route) if requested_route else None
+        if (
+            chosen is not None
+            and route is not None
+            and requested_route != route_name
+            and named is None
+            and strict_name is None
+        ):
+            update |= self._floored(route_name, route, quorum, requested_route, chosen)
+            if update["deadline_seconds"] is None:
+                update["deadline_seconds"] = config.deadline_seconds
+        return decision.model_copy(update=update)
+
+    def _floored(
+        self, own_name: str, own: Route, quorum: int, name: str | None, chosen: Route
+    ) -> dict[str, Any]:
+        """The decision's fields for asking on `chosen` (the caller's route) with the policy's
+        own route `own` (and its `quorum`) as the floor."""
+        approves = own.on_timeout == "approve" and chosen.on_timeout == "approve"
+        own_deadline, deadline = self.deadline_for(own), self.deadline_for(chosen)
+        if approves:  # approved on timeout no sooner than the policy's own route would
+            deadline = max((d for d in (own_deadline, deadline) if d is not None), default=None)
+        elif deadline is None:
+            deadline = own_deadline
+        floor = RouteFloor(route=own_name, quorum=quorum, approve_on_timeout=approves)
+        return {
+            "route_name": name,
+            "route": chosen,
+            "quorum": max(quorum, chosen.quorum),
+            "deadline_seconds": deadline,
+            "allow_for_session": own.allow_for_session and chosen.allow_for_session,
+            "allow_tool_grants": own.allow_tool_grants and chosen.allow_tool_grants,
+            "allow_edits": own.allow_edits and chosen.allow_edits,
+            "floor": floor,
+        }
 
     def on_timeout(self, route_name: str, escalations: int = 0) -> TimeoutAction:
         """What a request on `route_name`, escalated `escalations` times so far, does on timeout.

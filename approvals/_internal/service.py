@@ -23,7 +23,13 @@ from approvals._internal.edits import (
     version_of,
 )
 from approvals._internal.file_changes import compares, with_changes
-from approvals._internal.grant_scopes import Grant, ScopeOption, call_hash, offered
+from approvals._internal.grant_scopes import (
+    Grant,
+    ScopeOption,
+    approved_call,
+    call_hash,
+    offered,
+)
 from approvals._internal.policy import Policy
 from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.grants import GrantStore
@@ -122,12 +128,14 @@ class ApprovalService:
         """Create the request for `event`, asked by `principal` (the caller's identity, from
         its credentials; None for trusted in-process callers). A policy `allow`/`deny` or a
         session grant decides it at once (audited, never posted); otherwise it is posted to
-        its route's channel. `route` names a policy route to ask on when no rule names one
-        (`InvalidRequest` for a route the policy does not have); rules and sensitivity routes
-        still win, so a caller cannot pick a laxer route than the policy's. `created` is
-        false when the principal's call_id had already made this same request
-        (`CallIdConflict` when it made a different one). A `callback` the policy does not
-        allow, or an `arguments_schema` whose checks would not be bounded
+        its route's channel. `route` names a policy route to ask on when no rule names one:
+        only a route the policy lets `principal` name (`Policy.may_name`), or the one it
+        picks anyway (`InvalidRequest` otherwise, and for a route the policy does not have);
+        the policy's own route stays the floor of every field (`Policy.evaluate`), so a
+        caller cannot get a laxer outcome by naming a route. `created` is false when the
+        principal's call_id had already made this same request (`CallIdConflict` when it
+        made a different one). A `callback` the policy does not allow, or an
+        `arguments_schema` whose checks would not be bounded
         (`approvals._internal.edits.check_arguments_schema`), is `InvalidRequest` (nothing is
         stored).
 
@@ -155,17 +163,24 @@ class ApprovalService:
                 details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
             )
         decision = self.policy.evaluate(event, config, requested_route=route)
+        if route is not None and not self.policy.may_name(route, principal):
+            if route != self.policy.evaluate(event, config).route_name:
+                raise InvalidRequest(
+                    f"principal {principal!r} may not name route {route!r}: the policy's "
+                    f"routes.{route}.callers does not list it",
+                    details=[{"loc": ["route"], "msg": "route not allowed", "type": "value_error"}],
+                )
         policy_route = decision.route
         # What the policy says over what the caller asked (one copy, only if anything differs).
         changes: dict[str, Any] = {}
         if decision.sensitivity != config.sensitivity:
             changes["sensitivity"] = decision.sensitivity
-        if policy_route and policy_route.allow_for_session and not config.allow_for_session:
+        if decision.allow_for_session and not config.allow_for_session:
             changes["allow_for_session"] = True
-        tool_grants = bool(policy_route and policy_route.allow_tool_grants)
+        tool_grants = decision.allow_tool_grants
         if config.allow_tool_grants != tool_grants:  # the route's word, never the caller's
             changes["allow_tool_grants"] = tool_grants
-        edits = policy_route.allow_edits if policy_route else True
+        edits = decision.allow_edits
         if config.allow_edits != edits:  # the route's word, never the caller's
             changes["allow_edits"] = edits
         effective = config.model_copy(update=changes) if changes else config
@@ -182,6 +197,7 @@ class ApprovalService:
             requester=self.policy.slack_user_of(principal) or requester,
             principal=principal,
             requested_route=route,
+            floor=decision.floor,
             metadata=metadata or {},
             callback=callback,
             notify=notify,
@@ -257,19 +273,26 @@ class ApprovalService:
         version: str | None = None,
     ) -> VoteResult:
         """Record `actor`'s decision. An approval is of the arguments proposed now (a
-        reviewer's edit, `approvals/_internal/edits.py`, else the agent's); with `version` (what the
-        actor was shown), a request edited since is left alone: `stale`. Raises
-        `NotAllowed` (with `.details` = "self" or "not_reviewer") and `InvalidRequest`; a
-        late or duplicate decision is a normal result (`closed` / `duplicate`) carrying the
-        request as it stands. With `for_session`, an approval also grants the caller the
-        chosen `scope` (one of `scope_options(request)`) for the rest of the session."""
+        reviewer's edit, `approvals/_internal/edits.py`, else the agent's). `version` is the
+        version of the arguments the actor was shown ('' = the agent's own); a request
+        edited since is left alone: `stale`, nothing recorded. Every decision control passes
+        it; without it (trusted callers in-process) the version read here is the one bound,
+        and the store's script checks it either way, so an edit landing meanwhile is never
+        approved unseen. Raises `NotAllowed` (with `.details` = "self" or "not_reviewer")
+        and `InvalidRequest`; a late or duplicate decision is a normal result (`closed` /
+        `duplicate`) carrying the request as it stands. With `for_session`, an approval also
+        asks for a grant of the chosen `scope` (one of `scope_options(request)`; never for an
+        edited call) for the rest of the session: given when the request is approved with a
+        quorum of its approving votes for the session, with the narrowest scope chosen, and
+        covering exactly the call approved."""
         for name, text in (("reason", reason), ("input", input)):
             if text is not None and len(text) > MAX_TEXT:
                 raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
         request = await self.store.get(request_id)
         if not request.is_pending:
             return VoteResult("closed", request)
-        if version is not None and version != current_version(request):
+        seen = current_version(request) if version is None else version
+        if seen != current_version(request):
             return VoteResult("stale", request)
         refusal = await self.may_decide(request, actor)
         if refusal == "self":
@@ -300,7 +323,9 @@ class ApprovalService:
                         "edited_by": request.proposal.by,
                     }
                 )
-            resolved = await self.store.resolve(request_id, decision)
+            resolved = await self.store.resolve(request_id, decision, expected_version=seen)
+            if resolved.stale:
+                return VoteResult("stale", resolved.request)
             result = VoteResult("decided" if resolved.won else "closed", resolved.request)
         else:
             result = await self.store.vote(
@@ -327,10 +352,11 @@ class ApprovalService:
                     selection=selection,
                     for_session=for_session,
                     scope=scope,
-                    version=version if version is not None else current_version(request),
+                    version=seen,
                 )
-        if result.status == "decided" and outcome == "approve" and for_session:
-            await self._grant(result.request, scope)
+        decided = result.request.decision
+        if result.status == "decided" and decided is not None and decided.for_session:
+            await self._grant(result.request, decided.scope or "call")
         return result
 
     async def edit(
@@ -411,6 +437,11 @@ class ApprovalService:
             raise InvalidRequest(
                 "approve-for-session is not offered for this request", details="for_session"
             )
+        if for_session and request.proposal is not None:
+            raise InvalidRequest(
+                "approve-for-session is not offered for an edited call; approve it as edited",
+                details="for_session",
+            )
         if for_session and not request.event.session_id:
             raise InvalidRequest(
                 "approve-for-session needs a session_id on the request", details="for_session"
@@ -422,8 +453,13 @@ class ApprovalService:
             )
 
     async def _grant(self, request: ApprovalRequest, scope: GrantScope) -> Grant | None:
-        """Give the caller of `request` the grant its reviewer chose."""
-        option = next((o for o in self.scope_options(request) if o.scope == scope), None)
+        """Give the caller of `request` the grant its reviewers chose, for exactly the call
+        they approved (`approved_call`: the edit, if any)."""
+        approved = approved_call(request)
+        if approved is None:
+            return None
+        shown = request.model_copy(update={"event": approved})
+        option = next((o for o in self.scope_options(shown) if o.scope == scope), None)
         session = request.event.session_id
         if option is None or not session:
             return None
@@ -434,7 +470,7 @@ class ApprovalService:
             agent=request.event.agent,
             tool_name=request.event.tool_name,
             scope=option.scope,
-            call=call_hash(request.event) if option.scope == "call" else None,
+            call=call_hash(approved) if option.scope == "call" else None,
             words=option.words,
             label=option.label,
             route=request.route,
@@ -493,6 +529,7 @@ class ApprovalService:
                 await self.store.forget_deadline(request_id)
             return ExpiryResult(request_id, "skipped", request)
         action = self.policy.on_timeout(request.route, request.escalations)
+        floor = request.floor  # a route the caller named: the policy's own route's floor
         if action.action == "escalate" and action.route is not None and action.route_name:
             seconds = action.deadline_seconds or request.config.deadline_seconds or 3600
             moved = await self.store.escalate(
@@ -500,11 +537,13 @@ class ApprovalService:
                 route=action.route_name,
                 channel=action.route.channel,
                 deadline_at=self.store.now() + timedelta(seconds=seconds),
-                quorum=action.route.quorum,
+                quorum=max(action.route.quorum, floor.quorum if floor else 1),
                 reviewers=action.route.reviewers,
             )
             return ExpiryResult(request_id, "escalated" if moved else "skipped")
-        if action.action == "approve":
+        # Only an explicit approve approves (anything else, known or not, denies), and on a
+        # route its caller named, only where the policy's own route approves on timeout too.
+        if action.action == "approve" and (floor is None or floor.approve_on_timeout):
             decision = Decision.approve(by="timeout", via="timeout")
             decision = decision.model_copy(update={"reason": "approved on timeout by route policy"})
             result = await self.store.resolve(

@@ -5,8 +5,14 @@
 audited with `via=cli`, and queues the Slack message update. `request` asks through an
 `ApprovalClient` (the bot's HTTP API when `APPROVALS_URL` is set, else Redis).
 
-Exit status: 0 done (or approved), 1 refused (unknown id, already decided, denied), 2 usage,
-configuration or connection problem (and timeouts).
+`approve` and `deny` decide the version of the arguments `show` printed (docs/security.md):
+`--version original` (the agent's own arguments) or an edit's version. Without `--version`
+a request a reviewer edited is refused (run `show`, check the edit, pass its version); an
+unedited one is decided as the agent asked it. A version no longer current (edited
+meanwhile) records nothing: exit 1.
+
+Exit status: 0 done (or approved), 1 refused (unknown id, already decided, denied, edited
+since the version given), 2 usage, configuration or connection problem (and timeouts).
 """
 
 from __future__ import annotations
@@ -42,6 +48,14 @@ def since(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+#: How `show` and `--version` name the agent's own arguments (version '' inside).
+ORIGINAL = "original"
+_VERSION_HELP = (
+    "the version of the arguments you decide, as `show` prints it: original, or an edit's "
+    "version (needed once a reviewer edited the request)"
+)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("pending", help="list pending approval requests")
     p.add_argument("--json", action="store_true", help="one approval object per line")
@@ -64,11 +78,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="with --for-session: this exact call (default), the command's prefix, the tool",
     )
     p.add_argument("--as", dest="as_name", metavar="NAME", help="who decides (default: $USER)")
+    p.add_argument("--version", dest="decided_version", metavar="VERSION", help=_VERSION_HELP)
 
     p = sub.add_parser("deny", help="deny a pending request")
     p.add_argument("id")
     p.add_argument("--reason", required=True, help="shown to the agent and in Slack")
     p.add_argument("--as", dest="as_name", metavar="NAME", help="who decides (default: $USER)")
+    p.add_argument("--version", dest="decided_version", metavar="VERSION", help=_VERSION_HELP)
 
     p = sub.add_parser("audit", help="export the audit log")
     p.add_argument("--since", type=since, help="ISO time, or a duration back: 30m, 1h, 7d")
@@ -184,6 +200,12 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     ):
         if value:
             lines.append(f"{label + ':':<11} {t(value)}")
+    if request.is_pending:
+        proposal = request.proposal
+        if proposal is not None:
+            lines.append(f"version:    {proposal.version} (edited by {t(proposal.by)})")
+        else:
+            lines.append(f"version:    {ORIGINAL} (the arguments as the agent asked)")
     lines.append(f"route:      {t(request.route)} → {t(request.channel or '-')}")
     reviewers = ", ".join(request.reviewers) or "anyone"
     lines.append(f"reviewers:  {t(reviewers)} (quorum {request.quorum})")
@@ -249,6 +271,7 @@ def operator(name: str | None) -> Actor:
 async def cmd_decide(
     args: argparse.Namespace, store: ApprovalStore, out: TextIO, settings: Settings
 ) -> int:
+    from approvals._internal.edits import current_version
     from approvals._internal.policy import Policy
     from approvals._internal.service import ApprovalService
     from approvals.approval import Approval, already_decided
@@ -261,6 +284,7 @@ async def cmd_decide(
         print(f"warning: ignoring the policy file: {e.message}", file=sys.stderr)
         policy = Policy()
     service = ApprovalService(store, policy)
+    version = await decided_version(args, store)
     if outcome == "approve":
         result = await service.decide(
             args.id,
@@ -270,9 +294,20 @@ async def cmd_decide(
             selection=args.selection,
             for_session=args.for_session,
             scope=args.scope,
+            version=version,
         )
     else:
-        result = await service.decide(args.id, "deny", operator(args.as_name), reason=args.reason)
+        result = await service.decide(
+            args.id, "deny", operator(args.as_name), reason=args.reason, version=version
+        )
+    if result.status == "stale":
+        now = current_version(result.request) or ORIGINAL
+        raise CliError(
+            f"{args.id} changed since version {args.decided_version or ORIGINAL}: it is now "
+            f"version {now}; nothing was recorded. Run `approval-bot show {args.id}` and "
+            "decide again.",
+            1,
+        )
     if result.status != "decided":
         raise already_decided(result.request)
     print(
@@ -280,6 +315,22 @@ async def cmd_decide(
         file=out,
     )
     return 0
+
+
+async def decided_version(args: argparse.Namespace, store: ApprovalStore) -> str:
+    """The version `approve`/`deny` decides: `--version` ('' for `original`); without it the
+    agent's own arguments, refused (a `CliError`) when a reviewer edited them."""
+    given = args.decided_version
+    if given is not None:
+        return "" if given == ORIGINAL else given
+    request = await store.get(args.id)
+    if request.is_pending and request.proposal is not None:
+        p = request.proposal
+        raise CliError(
+            f"{args.id} was edited by {p.by} (version {p.version}); run `approval-bot show "
+            f"{args.id}`, check the edited arguments, then add --version {p.version}"
+        )
+    return ""
 
 
 async def cmd_audit(args: argparse.Namespace, store: ApprovalStore, out: TextIO) -> int:

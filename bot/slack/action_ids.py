@@ -1,6 +1,9 @@
 """Slack action, callback and block ids and modal metadata, shared by renderer and listeners.
 
-Buttons carry only the request id in `value`. Choice buttons need distinct
+Every decision control carries the request id and the version of the arguments it was
+drawn on (`control_value`: `<id>@<version>`, the id alone for the agent's own arguments);
+a listener passes that version on, so a control drawn before a reviewer's edit records
+nothing (docs/security.md). Choice buttons need distinct
 action ids inside one actions block, so each is `approval_choose:<index>`;
 listeners register them with `CHOOSE_PATTERN` and read the index back with
 `choice_index`. The static select (more than five options) uses one action id
@@ -90,14 +93,14 @@ BUTTON_ACTIONS: frozenset[str] = frozenset(
 )
 
 
-def approve_value(request_id: str, version: str = "") -> str:
-    """The Approve button's value: the request id, and the version of the arguments it
-    approves when a reviewer edited them (`<id>@<version>`; ids never hold `@`)."""
+def control_value(request_id: str, version: str = "") -> str:
+    """A decision control's value: the request id, and the version of the arguments it was
+    drawn on when a reviewer edited them (`<id>@<version>`; ids never hold `@`)."""
     return f"{request_id}@{version}" if version else request_id
 
 
-def read_approve_value(value: str) -> tuple[str, str]:
-    """(request id, version) from an Approve button's value; version '' = the agent's own."""
+def read_control_value(value: str) -> tuple[str, str]:
+    """(request id, version) from a control's value; version '' = the agent's own."""
     request_id, _, version = value.partition("@")
     return request_id, version
 
@@ -129,18 +132,33 @@ def choice_index(action_id: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """An ephemeral reply a control was clicked in (`/approvals`, `/approvals ID`): where to
+    redraw it (its `response_url`), and whether it lists several requests."""
+
+    url: str
+    listed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ModalMetadata:
-    """What a modal's `private_metadata` carries: the request id and the message it came from
-    (and, for the Edit modal, the version of the arguments it showed)."""
+    """What a modal's `private_metadata` carries: the request id, the message it came from,
+    the version of the arguments it was drawn on, and the ephemeral reply (if any) whose
+    button opened it, to redraw once decided."""
 
     request_id: str
     channel: str | None = None
     ts: str | None = None
     version: str = ""
+    reply: Reply | None = None
 
 
 def encode_metadata(
-    request_id: str, channel: str | None = None, ts: str | None = None, version: str = ""
+    request_id: str,
+    channel: str | None = None,
+    ts: str | None = None,
+    version: str = "",
+    reply: Reply | None = None,
 ) -> str:
     """A modal's `private_metadata` (JSON; well under Slack's 3000 characters)."""
     data: dict[str, str] = {"id": request_id}
@@ -150,6 +168,10 @@ def encode_metadata(
         data["ts"] = ts
     if version:
         data["version"] = version
+    if reply is not None:
+        data["reply"] = reply.url
+        if reply.listed:
+            data["listed"] = "1"
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -164,9 +186,11 @@ def decode_metadata(raw: str) -> ModalMetadata:
     channel = data.get("channel")
     ts = data.get("ts")
     version = data.get("version")
+    reply = data.get("reply")
     return ModalMetadata(
         request_id=data["id"],
         channel=channel if isinstance(channel, str) else None,
         ts=ts if isinstance(ts, str) else None,
         version=version if isinstance(version, str) else "",
+        reply=Reply(reply, data.get("listed") == "1") if isinstance(reply, str) else None,
     )

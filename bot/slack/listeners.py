@@ -1,10 +1,13 @@
 """Slack entry points: button clicks and modal submissions, thin over `ApprovalService`.
 
-Each listener acks first, reads the request id from the payload, re-reads
-Redis through the service, and decides through the store's compare-and-set.
-The message itself is updated by the dispatcher (the decision queues an
-outbox `update`), so a double click updates it once. Refused, late or
-duplicate clicks get an ephemeral explanation and change nothing.
+Each listener acks first, reads the request id and the version of the arguments the control
+was drawn on from the payload (`ids.read_control_value`, a modal's metadata), re-reads
+Redis through the service, and decides through the store's compare-and-set, bound to that
+version. The message itself is updated by the dispatcher (the decision queues an outbox
+`update`), so a double click updates it once. Refused, late, duplicate or stale clicks (a
+control drawn before a reviewer's edit) get an ephemeral explanation and change nothing.
+A click in an ephemeral reply (`/approvals`, `/approvals ID`) redraws that reply through
+its `response_url` once decided (or found stale), as the dispatcher redraws the message.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 
-from approvals._internal.edits import check_edit, edits_offered
+from approvals._internal.edits import check_edit, current_version, edits_offered
 from approvals._internal.service import Actor
 from approvals._internal.store.connection import wait_until_done
 from approvals._internal.store.store import VoteResult
@@ -28,7 +31,7 @@ from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavaila
 from approvals.models import ApprovalRequest, GrantScope
 from bot.core.context import BotContext
 from bot.slack import action_ids as ids
-from bot.slack import home
+from bot.slack import home, replies
 from bot.slack.render import edit_form as edits
 from bot.slack.render import modals
 
@@ -82,6 +85,23 @@ def _refusal_kind(why: object) -> Literal["self_approval", "not_reviewer"]:
 def _channel(body: Body) -> str | None:
     channel = (body.get("channel") or {}).get("id")
     return str(channel) if channel else None
+
+
+def _metadata(body: Body) -> ids.ModalMetadata:
+    return ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+
+
+def _block_value(body: Body, block_id: str) -> str | None:
+    """The value of the first button in the actions block `block_id` of the message or view
+    clicked (a select has no value of its own: its block's Deny button carries the id and
+    version it was drawn on)."""
+    surface = body.get("message") or body.get("view") or {}
+    for block in surface.get("blocks", []):
+        if block.get("type") == "actions" and block.get("block_id") == block_id:
+            for element in block.get("elements", []):
+                if element.get("type") == "button" and element.get("value"):
+                    return str(element["value"])
+    return None
 
 
 class Listeners:
@@ -147,18 +167,24 @@ class Listeners:
 
     async def on_approve(self, ack: AsyncAck, body: Body) -> None:
         await ack()
-        # The button names the version of the arguments it approves (`ids.approve_value`).
-        request_id, version = ids.read_approve_value(str(_action(body).get("value", "")))
+        # The button names the version of the arguments it approves (`ids.control_value`).
+        request_id, version = ids.read_control_value(str(_action(body).get("value", "")))
         await self._guarded(body, self._decide(body, request_id, "approve", version=version))
 
     async def on_approve_session(self, ack: AsyncAck, body: Body) -> None:
-        """Approve for session with the scope of the button clicked (`ids.SESSION_SCOPES`)."""
+        """Approve for session with the scope of the button clicked (`ids.SESSION_SCOPES`),
+        for the version of the arguments the button was drawn on."""
         await ack()
         action = _action(body)
-        request_id = action.get("value", "")
+        request_id, version = ids.read_control_value(str(action.get("value", "")))
         scope = ids.SESSION_SCOPES.get(str(action.get("action_id", "")), "call")
         decision = self._decide(
-            body, request_id, "approve", for_session=True, scope=cast(GrantScope, scope)
+            body,
+            request_id,
+            "approve",
+            for_session=True,
+            scope=cast(GrantScope, scope),
+            version=version,
         )
         await self._guarded(body, decision)
 
@@ -169,12 +195,14 @@ class Listeners:
     async def _choose(self, body: Body) -> None:
         action = _action(body)
         if action.get("type") == "static_select":
-            request_id = str(action.get("block_id", "")).removeprefix(ids.ACTIONS_BLOCK + ":")
+            block = str(action.get("block_id", ""))
             raw_index = (action.get("selected_option") or {}).get("value", "")
-            request_id = self._select_request_id(body, request_id)
+            # A select has no value: its block's Deny button names the id and version.
+            value = _block_value(body, block) or block.removeprefix(ids.ACTIONS_BLOCK + ":")
         else:
-            request_id = str(action.get("value", ""))
+            value = str(action.get("value", ""))
             raw_index = str(ids.choice_index(str(action.get("action_id", ""))))
+        request_id, version = ids.read_control_value(value)
         request = await self._load(body, request_id)
         if request is None:
             return
@@ -183,17 +211,7 @@ class Listeners:
         if not 0 <= index < len(options):
             await self._ephemeral(body, modals.refusal_text("stale_option", request))
             return
-        await self._decide(body, request_id, "approve", selection=options[index])
-
-    def _select_request_id(self, body: Body, fallback: str) -> str:
-        # A static select has no `value`; the renderer puts the id in the option value
-        # ("<index>") and the block's id, and the message metadata carries it too.
-        for block in (body.get("message") or {}).get("blocks", []):
-            if block.get("type") == "actions":
-                for element in block.get("elements", []):
-                    if element.get("type") == "button" and element.get("value"):
-                        return str(element["value"])
-        return fallback
+        await self._decide(body, request_id, "approve", selection=options[index], version=version)
 
     async def on_deny_button(self, ack: AsyncAck, body: Body) -> None:
         await ack()
@@ -216,17 +234,25 @@ class Listeners:
         self, body: Body, which: Literal["deny", "input", "edit", "review"]
     ) -> None:
         value = str(_action(body).get("value", ""))
-        request_id, listed_round = (
-            ids.read_review_value(value) if which == "review" else (value, None)
-        )
+        version: str | None = None
+        if which == "review":  # a digest row: the dialog is drawn (and bound) as it is now
+            request_id, listed_round = ids.read_review_value(value)
+        else:
+            (request_id, version), listed_round = ids.read_control_value(value), None
         request = await self._load(body, request_id)
         if request is None:
             return
         if not request.is_pending:
             await self._ephemeral(body, modals.refusal_text("already_decided", request))
+            await self._redraw_reply(body, request)
             return
         if which == "review" and listed_round != request.escalations:
             await self._ephemeral(body, modals.refusal_text("moved", request))
+            return
+        if version is not None and version != current_version(request):
+            # Drawn before a reviewer's edit: no dialog for arguments the clicker never saw.
+            await self._ephemeral(body, modals.refusal_text("edited_since", request))
+            await self._redraw_reply(body, request)
             return
         refusal = await self.ctx.service.may_decide(request, Actor(_user(body)))
         if refusal is not None:
@@ -234,6 +260,7 @@ class Listeners:
             return
         message = body.get("message") or {}
         channel, ts = _channel(body), message.get("ts")
+        reply = replies.reply_of(body)
         if which == "edit":
             text = edits.edit_text(request) if edits_offered(request) else None
             if text is None:
@@ -244,12 +271,12 @@ class Listeners:
                 )
                 await self._ephemeral(body, why)
                 return
-            view = modals.edit_modal(request, text, channel=channel, ts=ts)
+            view = modals.edit_modal(request, text, channel=channel, ts=ts, reply=reply)
         elif which == "review":
             view = modals.review_modal(request, channel=channel, ts=ts)
         else:
             view = (modals.deny_modal if which == "deny" else modals.input_modal)(
-                request, channel=channel, ts=ts
+                request, channel=channel, ts=ts, reply=reply
             )
         try:
             await self.ctx.slack.views_open(trigger_id=body.get("trigger_id"), view=view)
@@ -328,30 +355,40 @@ class Listeners:
     # -- modals ---------------------------------------------------------------------------
 
     async def on_deny_submit(self, ack: AsyncAck, body: Body) -> None:
-        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        meta = _metadata(body)
         reason = self._view_value(body, ids.REASON_BLOCK, ids.REASON_ACTION)
         await ack()
         decision = self._decide(
-            body, meta.request_id, "deny", reason=reason or None, channel=meta.channel
+            body,
+            meta.request_id,
+            "deny",
+            reason=reason or None,
+            channel=meta.channel,
+            version=meta.version,
         )
         await self._guarded(body, decision, meta.channel)
 
     async def on_input_submit(self, ack: AsyncAck, body: Body) -> None:
-        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        meta = _metadata(body)
         answer = self._view_value(body, ids.INPUT_BLOCK, ids.INPUT_ACTION)
         if not answer.strip():
             await ack(**modals.modal_errors(ids.INPUT_BLOCK, "An answer is required."))
             return
         await ack()
         decision = self._decide(
-            body, meta.request_id, "approve", input=answer, channel=meta.channel
+            body,
+            meta.request_id,
+            "approve",
+            input=answer,
+            channel=meta.channel,
+            version=meta.version,
         )
         await self._guarded(body, decision, meta.channel)
 
     async def on_review_submit(self, ack: AsyncAck, body: Body) -> None:
         """The review modal of a digest row: the decision chosen, bound to the version of the
         arguments the modal showed; the same service path (and checks) as the buttons."""
-        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        meta = _metadata(body)
         values = ((body.get("view") or {}).get("state") or {}).get("values") or {}
         chosen = (values.get(ids.REVIEW_DECISION_BLOCK) or {}).get(ids.REVIEW_DECISION_ACTION) or {}
         decision = str((chosen.get("selected_option") or {}).get("value") or "")
@@ -390,7 +427,7 @@ class Listeners:
     async def on_edit_submit(self, ack: AsyncAck, body: Body) -> None:
         """Approve with edits: read the JSON back (masks restored), check it (object, the
         agent's schema) and answer errors in the modal; else decide through the service."""
-        meta = ids.decode_metadata(str((body.get("view") or {}).get("private_metadata", "")))
+        meta = _metadata(body)
         text = self._view_value(body, ids.EDIT_BLOCK, ids.EDIT_ACTION)
         note = self._view_value(body, ids.NOTE_BLOCK, ids.NOTE_ACTION).strip()
         arguments: Any = None
@@ -443,6 +480,7 @@ class Listeners:
         self.ctx.metrics.slack_edits.labels(result=result.status).inc()
         log.info("edit id=%s user=%s result=%s", meta.request_id, user, result.status)
         await self._explain(body, result, channel)
+        await self._redraw_reply(body, result.request)
 
     async def _explain(self, body: Body, result: VoteResult, channel: str | None) -> None:
         """Tell the clicker why their click changed nothing (late, duplicate, stale)."""
@@ -475,14 +513,16 @@ class Listeners:
         request_id: str,
         outcome: Literal["approve", "deny"],
         *,
+        version: str,
         reason: str | None = None,
         input: str | None = None,
         selection: str | None = None,
         for_session: bool = False,
         scope: GrantScope = "call",
         channel: str | None = None,
-        version: str | None = None,
     ) -> VoteResult | None:
+        """Decide as the clicker, for the `version` of the arguments the control was drawn
+        on (every Slack control names one: `ids.control_value`, a modal's metadata)."""
         user = _user(body)
         try:
             result = await self.ctx.service.decide(
@@ -511,6 +551,7 @@ class Listeners:
             return None
         self.ctx.metrics.slack_clicks.labels(result=result.status).inc()
         await self._explain(body, result, channel)
+        await self._redraw_reply(body, result.request)
         log.info(
             "click id=%s user=%s outcome=%s result=%s route=%s principal=%s",
             request_id,
@@ -522,14 +563,23 @@ class Listeners:
         )
         return result
 
+    async def _redraw_reply(self, body: Body, request: ApprovalRequest) -> None:
+        await replies.redraw(self.ctx, body, request)
+
     async def _ephemeral(self, body: Body, text: str, *, channel: str | None = None) -> None:
+        """Tell the clicker `text`, ephemerally in the channel clicked in; a click on the App
+        Home tab (no channel) is told in the app's DM with them."""
         channel = channel or _channel(body)
         user = _user(body)
-        if not channel or not user or self.ctx.slack is None:
+        home_tab = (body.get("view") or {}).get("type") == "home"
+        if not user or self.ctx.slack is None or not (channel or home_tab):
             log.info("ephemeral not sent (no channel) user=%s text=%s", user, text)
             return
         try:
-            await self.ctx.slack.chat_postEphemeral(channel=channel, user=user, text=text)
+            if channel:
+                await self.ctx.slack.chat_postEphemeral(channel=channel, user=user, text=text)
+            else:
+                await self.ctx.slack.chat_postMessage(channel=user, text=text)
         except SlackApiError as e:
             log.warning("ephemeral failed user=%s error=%s", user, e.response.get("error"))
 

@@ -35,7 +35,13 @@ def test_the_json_is_every_field_and_reads_back_the_same() -> None:
     assert Approval.model_validate(data) == Approval.from_request(request)
     assert data["selection"] == "full" and data["options"] == ["full", "partial"]
     assert data["votes"] == [
-        {"user": "U1", "outcome": "approve", "at": "2026-01-02T03:04:05Z", "reason": None}
+        {
+            "user": "U1",
+            "outcome": "approve",
+            "at": "2026-01-02T03:04:05Z",
+            "reason": None,
+            "scope": None,
+        }
     ]
     assert Approval.model_validate(data).to_request().decision == request.decision
 

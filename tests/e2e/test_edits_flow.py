@@ -211,7 +211,7 @@ async def test_quorum_an_edit_restarts_the_votes_and_binds_them_to_its_version(
     # version of the call.
     assert await carol.click(bot, first, channel, ids.APPROVE) == 200
     told = await slack.wait_for("chat.postEphemeral", 1)
-    assert "edited since you looked" in told[-1].body["text"]
+    assert "nothing was recorded" in told[-1].body["text"]
     assert [v.user for v in (await bot.ctx.store.get(rid)).votes] == ["U0BOB"]
 
     # Votes on the edited version decide it: the approval is of exactly the edit.

@@ -28,6 +28,16 @@ POLICY = {
         "default": {"channel": CHANNEL, "allow_for_session": True},
         "open": {"channel": "C0OPS", "allow_for_session": True, "allow_tool_grants": True},
     },
+    # Where the policy itself asks on the open route (a caller naming it would keep the
+    # default route's floor: no whole-tool grants).
+    "rules": [
+        {
+            "name": "open tree",
+            "action": "ask",
+            "route": "open",
+            "match": {"arguments": {"cwd": "^/srv/open/"}},
+        }
+    ],
 }
 
 
@@ -143,12 +153,12 @@ async def test_a_tool_grant_only_where_the_route_allows_it(
         await bot.ctx.service.decide(
             strict["id"], "approve", Actor("cli:x", via="cli"), for_session=True, scope="tool"
         )
-    first = await bash(http, bot, "make deploy", route="open")
+    first = await bash(http, bot, "make deploy", cwd="/srv/open/web")
     message = await approve_for_session(
         bot, slack, reviewer("U0ERIN"), first["id"], ids.APPROVE_SESSION_TOOL
     )
     assert "every `Bash` call" in json.dumps(message["blocks"])
-    anything = await bash(http, bot, "curl x | sh", route="open")
+    anything = await bash(http, bot, "curl x | sh", cwd="/srv/open/web")
     assert (anything["status"], anything["via"]) == ("approved", "grant")
     # A grant answers only on the route it was given on.
     assert (await bash(http, bot, "curl x | sh"))["status"] == "pending"

@@ -26,6 +26,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from approvals._internal.grant_scopes import SCOPES
 from approvals._internal.store.keys import Keys
 from approvals.errors import CallIdConflict, NotFound, PayloadTooLarge, StoreUnavailable
 from approvals.models import (
@@ -85,6 +86,8 @@ class ResolveResult:
 
     won: bool
     request: ApprovalRequest
+    #: Nothing changed: the arguments were edited since the version the decider was shown.
+    stale: bool = False
 
 
 @dataclass(frozen=True)
@@ -482,6 +485,7 @@ class ApprovalStore:
         status: Status | None = None,
         expected_deadline: datetime | None = None,
         owner: str | None = None,
+        expected_version: str | None = None,
     ) -> ResolveResult:
         """Move a pending request to a terminal status. Exactly one concurrent caller wins;
         the others get `won=False` and the request as the winner left it.
@@ -489,7 +493,9 @@ class ApprovalStore:
         `expected_deadline` makes the move conditional on the deadline being unchanged
         (a sweeper must not expire a request that was just escalated). With `owner`, a
         request another principal made is `NotFound`, like an unknown id, and is left as
-        it is (checked in the same script: no read before)."""
+        it is (checked in the same script: no read before). With `expected_version` (the
+        version of the arguments the decider was shown, `approvals/_internal/edits.py`),
+        a request edited since is left as it is: `stale`."""
         new_status = status or _STATUS_FOR_OUTCOME[decision.outcome]
         if new_status == "pending":
             raise ValueError("cannot resolve to pending")
@@ -511,12 +517,16 @@ class ApprovalStore:
                 self._refresh_shared_ttl(),
                 "" if owner is None else "1",
                 owner or "",
+                "" if expected_version is None else "1",
+                expected_version or "",
             ],
         )
         code = int(result[0])
         if code == -1:
             raise NotFound(f"no approval request with id {request_id!r}")
         request = self._from_hash(self._row(result[-1]))
+        if code == 5:
+            return ResolveResult(False, request, stale=True)
         if code == 1:
             self._decided(request)
             log.info(
@@ -604,22 +614,27 @@ class ApprovalStore:
         With `expected_escalations` (the count the voter was checked against), a request
         escalated since is left alone: `moved`. The vote is for `proposal` (the edit the
         voter saw; None: the agent's own arguments): if that is no longer what is proposed,
-        nothing is recorded: `stale`."""
+        nothing is recorded: `stale`. With `for_session`, the vote names the grant `scope`
+        its reviewer chose; the approval is for the session only when a quorum of the
+        approving votes chose one, and then for the narrowest scope chosen (`vote.lua`)."""
         now = self.now()
-        vote = Vote(user=user, outcome=outcome, at=now, reason=reason)
+        chosen = (scope or "call") if for_session and outcome == "approve" else None
+        vote = Vote(user=user, outcome=outcome, at=now, reason=reason, scope=chosen)
+        # The decision if this vote decides, and one per session scope a quorum may choose.
+        sessions = ["", "", ""]
         if outcome == "approve":
-            decision = Decision.approve(
-                by=user,
-                via=via,
-                input=input,
-                selection=selection,
-                for_session=for_session,
-                scope=scope,
-            )
+            decision = Decision.approve(by=user, via=via, input=input, selection=selection)
             if proposal is not None:
                 decision = decision.model_copy(
                     update={"edited_arguments": proposal.arguments, "edited_by": proposal.by}
                 )
+            else:  # an edited call is never approved for the session (`ApprovalService`)
+                sessions = [
+                    decision.model_copy(
+                        update={"for_session": True, "scope": name}
+                    ).model_dump_json()
+                    for name in SCOPES
+                ]
         else:
             decision = Decision.deny(reason, by=user, via=via)
         result = await self._scripts["vote"](
@@ -640,6 +655,7 @@ class ApprovalStore:
                 proposal.version if proposal else "",
                 _arguments_json(proposal.arguments) if proposal else "",
                 self._refresh_shared_ttl(),
+                *sessions,
             ],
         )
         return await self._vote_result(request_id, result)

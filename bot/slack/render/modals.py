@@ -56,6 +56,7 @@ def _modal(
     channel: str | None,
     ts: str | None,
     version: str = "",
+    reply: ids.Reply | None = None,
 ) -> dict[str, Any]:
     if req.message:
         channel = channel or req.message.channel
@@ -63,7 +64,7 @@ def _modal(
     return {
         "type": "modal",
         "callback_id": callback_id,
-        "private_metadata": ids.encode_metadata(req.id, channel, ts, version),
+        "private_metadata": ids.encode_metadata(req.id, channel, ts, version, reply),
         "title": _plain(title, MAX_MODAL_TITLE),
         "submit": _plain(submit, MAX_MODAL_TITLE),
         "close": _plain("Cancel", MAX_MODAL_TITLE),
@@ -87,30 +88,49 @@ def _text_input(block_id: str, action_id: str, label: str, *, optional: bool) ->
 
 
 def deny_modal(
-    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+    req: ApprovalRequest,
+    *,
+    channel: str | None = None,
+    ts: str | None = None,
+    reply: ids.Reply | None = None,
 ) -> dict[str, Any]:
-    """The Deny dialog: an optional reason the agent is told."""
+    """The Deny dialog: an optional reason the agent is told. Bound to the version of the
+    arguments it is drawn on, like every decision control."""
     v = _view(req)
     intro = clip_escaped(f"Deny {v.tool}?\n{v.prompt}", MAX_SECTION)
     reason = _text_input(ids.REASON_BLOCK, ids.REASON_ACTION, "Reason (optional)", optional=True)
     reason["hint"] = _plain("The agent is told this reason.", 2000)
     blocks = [_section(intro), reason]
-    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts)
+    version = current_version(req)
+    return _modal(req, ids.DENY_MODAL, "Deny request", "Deny", blocks, channel, ts, version, reply)
 
 
 def input_modal(
-    req: ApprovalRequest, *, channel: str | None = None, ts: str | None = None
+    req: ApprovalRequest,
+    *,
+    channel: str | None = None,
+    ts: str | None = None,
+    reply: ids.Reply | None = None,
 ) -> dict[str, Any]:
-    """The Respond dialog of kind `input`: the prompt and a required answer."""
+    """The Respond dialog of kind `input`: the prompt and a required answer (bound to the
+    version it is drawn on)."""
     v = _view(req)
     answer = _text_input(ids.INPUT_BLOCK, ids.INPUT_ACTION, "Your answer", optional=False)
     answer["element"]["min_length"] = 1
     blocks = [_section(clip_escaped(v.prompt, MAX_SECTION)), answer]
-    return _modal(req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts)
+    version = current_version(req)
+    return _modal(
+        req, ids.INPUT_MODAL, "Respond to request", "Send", blocks, channel, ts, version, reply
+    )
 
 
 def edit_modal(
-    req: ApprovalRequest, text: str, *, channel: str | None = None, ts: str | None = None
+    req: ApprovalRequest,
+    text: str,
+    *,
+    channel: str | None = None,
+    ts: str | None = None,
+    reply: ids.Reply | None = None,
 ) -> dict[str, Any]:
     """The Edit… dialog: the arguments as JSON (`text`, masked:
     `bot.slack.render.edit_form.edit_text`) to
@@ -130,8 +150,8 @@ def edit_modal(
     blocks = [_section(intro), arguments, note]
     title = "Approve with edits" if req.quorum <= 1 else "Propose an edit"
     submit = "Approve edited" if req.quorum <= 1 else "Propose"
-    version = req.proposal.version if req.proposal else ""
-    return _modal(req, ids.EDIT_MODAL, title, submit, blocks, channel, ts, version)
+    version = current_version(req)
+    return _modal(req, ids.EDIT_MODAL, title, submit, blocks, channel, ts, version, reply)
 
 
 def review_options(req: ApprovalRequest) -> list[tuple[str, str]]:
@@ -226,8 +246,9 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
         return "That option is not one this request offers; nothing was recorded."
     if kind == "edited_since":
         return (
-            "The arguments were edited since you looked; nothing was recorded. "
-            "Look at the updated message and decide again."
+            "This request changed since what you clicked was drawn (a reviewer edited the "
+            "arguments); nothing was recorded. The message has been redrawn: look at it and "
+            "decide again."
         )
     if kind == "moved":
         return (

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from approvals._internal.edits import edits_offered
+from approvals._internal.edits import current_version, edits_offered
 from approvals._internal.grant_scopes import offered, scope_options
 from approvals._internal.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from approvals.models import ApprovalRequest, default_prompt, utcnow
@@ -257,12 +257,14 @@ def _fallback(head: str, v: _View) -> str:
 
 def _actions(v: _View) -> list[Block]:
     req = v.req
-    deny = _button("Deny", ids.DENY, req.id, "danger")
+    # Every control names the version of the arguments it is drawn on (`ids.control_value`).
+    value = ids.control_value(req.id, current_version(req))
+    deny = _button("Deny", ids.DENY, value, "danger")
     blocks: list[Block] = []
     if req.config.kind == "choice":
         options = [mask_text(o) for o in req.config.options or ()]
         if len(options) <= MAX_OPTION_BUTTONS:
-            elements = [_button(o, ids.choose_action_id(i), req.id) for i, o in enumerate(options)]
+            elements = [_button(o, ids.choose_action_id(i), value) for i, o in enumerate(options)]
         else:
             shown = options[:MAX_SELECT_OPTIONS]
             elements = [
@@ -285,13 +287,12 @@ def _actions(v: _View) -> list[Block]:
                 )
         elements.append(deny)
     elif req.config.kind == "input":
-        elements = [_button("Respond…", ids.RESPOND, req.id, "primary"), deny]
+        elements = [_button("Respond…", ids.RESPOND, value, "primary"), deny]
     else:
-        version = req.proposal.version if req.proposal else ""
         approve = "Approve edited" if req.proposal else "Approve"
-        elements = [_button(approve, ids.APPROVE, ids.approve_value(req.id, version), "primary")]
+        elements = [_button(approve, ids.APPROVE, value, "primary")]
         if edits_offered(req):
-            elements.append(_button("Edit…", ids.EDIT, req.id))
+            elements.append(_button("Edit…", ids.EDIT, value))
         # Session grants describe the agent's own call: not offered once it is edited.
         scopes = offered(req) if req.proposal is None else []
         if scopes:
@@ -299,12 +300,17 @@ def _actions(v: _View) -> list[Block]:
             who_for = f" for {plain(req.principal)}" if req.principal else ""
             session = clip_escaped(mask_text(req.event.session_id or ""), 100)
             lines = [f"*Approve for session* (`{session}`{who_for}, {_TTL_NOTE}) allows:"]
+            if req.quorum > 1:
+                lines[0] += (
+                    f" — given only when {req.quorum} approvals choose it; then the narrowest "
+                    "scope chosen"
+                )
             for option in scopes:
                 lines.append(f"• *{_SCOPE_BUTTONS[option.scope]}*: {_scope_text(option.label)}")
             blocks.append(_context("\n".join(lines)))
             for option in scopes:
                 action = _SCOPE_ACTIONS[option.scope]
-                elements.append(_button(_SCOPE_BUTTONS[option.scope], action, req.id))
+                elements.append(_button(_SCOPE_BUTTONS[option.scope], action, value))
         elements.append(deny)
     blocks.append({"type": "actions", "block_id": ids.ACTIONS_BLOCK, "elements": elements})
     return blocks

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from approvals._internal.policy import Policy
+from approvals._internal.policy import Policy, Route
 from approvals._internal.policy_file import (
     PolicyError,
     default_policy,
@@ -17,7 +17,7 @@ from approvals._internal.policy_file import (
     parse_policy,
 )
 from approvals.errors import InvalidRequest
-from approvals.models import ApprovalConfig, ApprovalEvent
+from approvals.models import ApprovalConfig, ApprovalEvent, RouteFloor
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "policy.example.yaml"
 
@@ -378,6 +378,8 @@ ERRORS = [
         "(got 'two')"),
     err("wrong-type-bool", with_route(allow_for_session="maybe"),
         "routes.x.allow_for_session: input should be a valid boolean"),
+    err("bad-caller", with_route(callers=["ci agent"]),
+        "routes.x.callers[0]: 'ci agent' is not a principal name (an API token's name) or '*'"),
     err("wrong-type-list", with_route(reviewers="U0ANN"),
         "routes.x.reviewers: input should be a valid list"),
     err("wrong-type-rules", merged(valid(), rules={"name": "a"}),
@@ -653,6 +655,10 @@ def test_example_file_loads_and_says_what_it_claims() -> None:
     assert policy.on_timeout("payments").route_name == "payments-oncall"
     assert policy.on_timeout("payments", escalations=2).action == "deny"
     assert policy.on_timeout("docs").action == "approve"
+    assert policy.may_name("docs", "docs-bot") and not policy.may_name("docs", "ci-agent")
+    # Named by docs-bot, a shell call is asked on docs but never approved by its timeout.
+    named = policy.evaluate(event("Bash", arguments={"command": "ls"}), requested_route="docs")
+    assert (named.route_name, named.floor) == ("docs", RouteFloor(route="default", quorum=1))
 
 
 def test_a_rule_quorum_larger_than_its_routes_reviewers_is_refused() -> None:
@@ -690,3 +696,16 @@ def test_field_errors_and_route_references_are_reported_together(tmp_path: Path)
     assert any("routes.default.quorum" in line for line in lines), lines
     assert f"{bad}: routes.ops.escalate_to: required when on_timeout is 'escalate'" in lines
     assert any(line.startswith(f"{bad}: rules[0].route: unknown route 'nowhere'") for line in lines)
+
+
+def test_only_an_explicit_approve_approves_on_timeout() -> None:
+    """Fail closed in the code, not only in the file check: a route escalating nowhere (an
+    unchecked policy) or an `on_timeout` this version does not know denies."""
+    nowhere = Route(channel="C0A", on_timeout="escalate")
+    unknown = Route.model_construct(channel="C0B", on_timeout="approve-later")
+    policy = Policy(routes={"nowhere": nowhere, "unknown": unknown})
+    assert policy.on_timeout("nowhere").action == "deny"
+    assert policy.on_timeout("unknown").action == "deny"
+    assert Policy(routes={"a": Route(channel="C0A", on_timeout="approve")}).on_timeout(
+        "a"
+    ).action == ("approve")

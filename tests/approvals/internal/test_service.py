@@ -567,3 +567,74 @@ async def test_a_session_grant_never_answers_a_question(store: ApprovalStore) ->
     for config in (ApprovalConfig(kind="choice", options=("a", "b")), ApprovalConfig(kind="input")):
         asked = await service.submit(ApprovalEvent(tool_name="pick", session_id="s1"), config)
         assert asked.status == "pending", config.kind
+
+
+# -- planted-bug audit (issue 31): each test fails when its bug is put back ----------------------
+
+
+async def test_a_caller_never_turns_on_whole_tool_grants(store: ApprovalStore) -> None:
+    """`allow_tool_grants` is the route's word: a caller's `true` (the Redis and in-process
+    clients can send it; the HTTP schema does not take it) is dropped on a route that does not
+    allow whole-tool grants, and a caller's `false` does not take it from a route that does."""
+    routes = copy.deepcopy(POLICY["routes"]) | {
+        "default": {"channel": "C0DEF", "reviewers": ["U0ANN"], "allow_for_session": True},
+        "open": {"channel": "C0OPEN", "allow_for_session": True, "allow_tool_grants": True},
+    }
+    rules = [{"name": "open", "action": "ask", "route": "open", "match": {"tool": "lint"}}]
+    service = ApprovalService(store, make_policy(routes=routes, rules=rules))
+    asks = ApprovalConfig(allow_for_session=True, allow_tool_grants=True)
+    strict = await service.submit(event("deploy", session_id="s1"), asks)
+    assert not strict.config.allow_tool_grants
+    assert not (await store.get(strict.id)).config.allow_tool_grants
+    assert "tool" not in {o.scope for o in service.scope_options(strict)}
+    with pytest.raises(InvalidRequest, match="scope 'tool' is not offered"):
+        await service.decide(strict.id, "approve", Actor("U0ANN"), for_session=True, scope="tool")
+    assert (await store.get(strict.id)).is_pending
+    opened = await service.submit(event("lint", session_id="s1"), ApprovalConfig())
+    assert opened.config.allow_tool_grants
+
+
+class OvertakenStore(ApprovalStore):
+    """A sweeper's store whose read of a due request is overtaken, once, by `overtake` (another
+    replica's sweeper acting on the same request between this read and this decision)."""
+
+    overtake: Callable[[], Any] | None = None
+
+    async def get_many(self, request_ids: Any) -> dict[str, Any]:
+        found = await super().get_many(request_ids)
+        step, self.overtake = self.overtake, None
+        if step is not None:
+            await step()
+        return found
+
+
+@pytest.mark.parametrize("on_timeout", ["deny", "approve"])
+async def test_a_sweeper_holding_an_old_deadline_decides_nothing(
+    redis: Redis, keys: Keys, on_timeout: str
+) -> None:
+    """Two replicas sweep with different policies (one reloaded before the other): one moves
+    the request on to route b with a new deadline while the other, which read it before,
+    would deny (or approve) it on its old route. Its decision is conditional on the deadline
+    it read."""
+    clock = Clock()
+    escalating = ApprovalService(
+        ApprovalStore(redis, keys, clock=clock), parse_policy(copy.deepcopy(CHAIN), source="a")
+    )
+    reloaded = copy.deepcopy(CHAIN)
+    reloaded["routes"]["default"] = {
+        "channel": "C0A", "reviewers": ["U0A"], "deadline_seconds": 10, "on_timeout": on_timeout
+    }  # fmt: skip
+    late_store = OvertakenStore(redis, keys, clock=clock)
+    late = ApprovalService(late_store, parse_policy(reloaded, source="b"))
+    req = await escalating.submit(event("deploy"))
+    clock.now += 11
+
+    async def escalate_first() -> None:
+        (step,) = await escalating.expire_due()
+        assert step.action == "escalated"
+
+    late_store.overtake = escalate_first
+    (result,) = await late.expire_due()
+    assert result.action == "skipped"
+    moved = await escalating.store.get(req.id)
+    assert (moved.status, moved.route, moved.escalations) == ("pending", "b", 1)

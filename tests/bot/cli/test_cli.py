@@ -174,6 +174,45 @@ async def test_approve_goes_through_the_cas_is_audited_and_queues_the_slack_upda
     assert (await ctx.store.get(request.id)).status == "approved"
 
 
+async def test_approve_and_deny_are_bound_to_the_version_shown(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 31, item 3: the CLI decides the version `show` printed. An edited request needs
+    `--version`; a version that is no longer current records nothing."""
+    from approvals._internal.policy_file import parse_policy
+    from approvals._internal.service import Actor, ApprovalService
+
+    routes = {"default": {"channel": "C0APPROVALS", "quorum": 2}}
+    service = ApprovalService(ctx.store, parse_policy({"routes": routes}, source="q.yaml"))
+    request = await service.submit(ApprovalEvent(tool_name="deploy", arguments={"env": "prod"}))
+    assert await cli("show", request.id) == 0
+    assert "version:    original (the arguments as the agent asked)\n" in capsys.readouterr().out
+    await service.edit(request.id, Actor("U0ANN"), {"env": "staging"})
+    edited = await ctx.store.get(request.id)
+    assert edited.proposal is not None
+    version = edited.proposal.version
+    for argv in (("approve", request.id), ("deny", request.id, "--reason", "no")):
+        assert await cli(*argv, "--as", "ops") == 2
+        err = capsys.readouterr().err
+        assert "was edited by U0ANN" in err and "approval-bot show" in err, err
+        assert f"--version {version}" in err
+    assert await cli("approve", request.id, "--version", "original", "--as", "ops") == 1
+    assert f"changed since version original: it is now version {version}" in (
+        capsys.readouterr().err
+    )
+    assert await cli("approve", request.id, "--version", "0" * 16, "--as", "ops") == 1
+    capsys.readouterr()
+    after = await ctx.store.get(request.id)
+    assert after.is_pending and [v.user for v in after.votes] == ["U0ANN"]
+    events = [e.event for e in await ctx.store.audit_entries(request_id=request.id)]
+    assert events == ["created", "edit"], "nothing recorded"
+    assert await cli("show", request.id) == 0
+    assert f"version:    {version} (edited by U0ANN)\n" in capsys.readouterr().out
+    assert await cli("approve", request.id, "--version", version, "--as", "ops") == 0
+    decided = await ctx.store.get(request.id)
+    assert decided.decision is not None and decided.decision.edited_arguments == {"env": "staging"}
+
+
 async def test_deny_with_reason_and_default_operator_name(
     cli_env: None,
     ctx: BotContext,

@@ -108,7 +108,7 @@ def test_the_message_offers_edit_and_binds_approve_to_the_version() -> None:
     )
     elements = blocks.request_message(proposed)["blocks"][-1]["elements"]
     assert elements[0]["value"] == f"{req.id}@v1"
-    assert ids.read_approve_value(elements[0]["value"]) == (req.id, "v1")
+    assert ids.read_control_value(elements[0]["value"]) == (req.id, "v1")
     no_edits = req.model_copy(update={"config": ApprovalConfig()})
     ids_shown = [e["action_id"] for e in blocks.request_message(no_edits)["blocks"][-1]["elements"]]
     assert ids.EDIT not in ids_shown

@@ -553,6 +553,48 @@ def test_metadata_round_trip_and_bare_ids() -> None:
     assert ids.decode_metadata('["x"]') == ids.ModalMetadata('["x"]')
 
 
+def test_every_control_names_the_version_it_is_drawn_on() -> None:
+    """Issue 31, item 3: every button of a message (and a select's block, through its Deny)
+    reads back as (request id, the version of the arguments it was drawn on); the Deny and
+    Respond dialogs carry it too."""
+    from approvals.models import Proposal
+
+    session = make(allow_for_session=True, event={"kind": "command", "command": "npm test"})
+    edited = make().model_copy(
+        update={
+            "proposal": Proposal(arguments={"service": "api"}, by="U0ANN", version="v9"),
+            "quorum": 2,
+        }
+    )
+    many = make(kind="choice", options=tuple(f"o{i}" for i in range(8)))
+    cases = [
+        (session, ""),
+        (edited, "v9"),
+        (make(kind="choice", options=("a", "b")), ""),
+        (many, ""),
+        (make(kind="input"), ""),
+    ]
+    for req, version in cases:
+        controls = elements(blocks.request_message(req))
+        buttons = [el for el in controls if el["type"] == "button"]
+        assert buttons, req.config.kind
+        for el in buttons:
+            assert ids.read_control_value(el["value"]) == (req.id, version), el["action_id"]
+    assert ids.APPROVE_SESSION in {
+        el["action_id"] for el in elements(blocks.request_message(session))
+    }
+    assert ids.APPROVE_SESSION not in {
+        el["action_id"] for el in elements(blocks.request_message(edited))
+    }
+    for modal in (modals.deny_modal(edited), modals.input_modal(make(kind="input"))):
+        meta = ids.decode_metadata(modal["private_metadata"])
+        assert meta.version == ("v9" if modal["callback_id"] == ids.DENY_MODAL else "")
+    reply = ids.Reply("https://hooks.slack.com/actions/T1/1/x", listed=True)
+    meta = ids.decode_metadata(modals.deny_modal(edited, reply=reply)["private_metadata"])
+    assert (meta.request_id, meta.version, meta.reply) == (edited.id, "v9", reply)
+
+
+# ---------------------------------------------------------------- property
 # ---------------------------------------------------------------- property
 
 _secret = st.text(string.ascii_letters + string.digits + " <>&\"'\n", min_size=6, max_size=30).map(

@@ -12,10 +12,14 @@
 -- ARGV[13] '1' to resolve only a request whose principal (in its `data`) is ARGV[14]: another
 --   principal's is answered {-1}, as an unknown id (the HTTP API's rule: a token sees and
 --   cancels only its own requests), and nothing changes
+-- ARGV[15] '1' to resolve only a request whose arguments are still those of version ARGV[16]
+--   ('' = the agent's own; else a reviewer's edit, `proposal_version`): the version the
+--   decider was shown
 -- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
 -- caller needs no follow-up read.
 -- Returns {1, status, hash} when this call decided, {0, status, hash} when it lost,
--- {-1} when there is no such request.
+-- {5, status, hash} when the arguments were edited since the decider looked (nothing
+-- changed), {-1} when there is no such request.
 local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return {-1} end
 local h = {}
@@ -28,6 +32,9 @@ local status = row[h['status']]
 if status ~= 'pending' then return {0, status, row} end
 if ARGV[11] ~= '' and (h['deadline'] and row[h['deadline']]) ~= ARGV[11] then
   return {0, status, row}
+end
+if ARGV[15] == '1' and (h['proposal_version'] and row[h['proposal_version']] or '') ~= ARGV[16] then
+  return {5, status, row}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])

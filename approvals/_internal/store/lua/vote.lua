@@ -11,6 +11,10 @@
 -- ARGV[14] edited arguments JSON for the audit entry ('' = none)
 -- ARGV[15] '1' to refresh the TTL of the shared outbox and audit streams (about once a minute
 --   per caller, not on every vote: no EXPIRE storm; the webhook queue always gets its TTL)
+-- ARGV[16], ARGV[17], ARGV[18] the decision JSON used instead of ARGV[5] when this vote
+--   approves and a quorum of the approving votes chose approve-for-session: the narrowest
+--   scope chosen, `call`, `prefix` or `tool` ('' = none: then ARGV[5], no session). A vote's
+--   JSON names the scope its reviewer chose (`scope`); one without chose none.
 -- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
 -- caller needs no follow-up read.
 -- Returns {1, status, hash} when this vote decided, {0, status, hash} when already decided,
@@ -42,9 +46,20 @@ redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event'
   'status', 'pending', 'by', ARGV[2], 'via', ARGV[9], 'at', ARGV[6], 'reason', ARGV[3])
 local quorum = tonumber(field('quorum', '1'))
 local approvals = 0
+-- Approving votes that chose a session scope, and the narrowest of their scopes.
+local rank = {call = 1, prefix = 2, tool = 3}
+local for_session, narrowest = 0, 4
 for i = 1, #row, 2 do
-  if string.sub(row[i], 1, 5) == 'vote:' and cjson.decode(row[i + 1]).outcome == 'approve' then
-    approvals = approvals + 1
+  if string.sub(row[i], 1, 5) == 'vote:' then
+    local cast = cjson.decode(row[i + 1])
+    if cast.outcome == 'approve' then
+      approvals = approvals + 1
+      local r = rank[cast.scope]
+      if r then
+        for_session = for_session + 1
+        if r < narrowest then narrowest = r end
+      end
+    end
   end
 end
 local new_status = nil
@@ -58,10 +73,15 @@ if not new_status then
   end
   return {3, approvals, quorum, row}
 end
-redis.call('HSET', KEYS[1], 'status', new_status, 'decision', ARGV[5])
+local decision = ARGV[5]
+if new_status == 'approved' and for_session >= quorum and narrowest < 4 then
+  local chosen = ARGV[15 + narrowest]
+  if chosen ~= '' then decision = chosen end
+end
+redis.call('HSET', KEYS[1], 'status', new_status, 'decision', decision)
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 put('status', new_status)
-put('decision', ARGV[5])
+put('decision', decision)
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[11], '*', 'op', 'update', 'id', ARGV[1],
