@@ -1,0 +1,1 @@
+"""The shell-command model: a command line parsed into normalised simple commands."""
