@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 # Imports stay light here: `--help`, `--version` and a parse error need none of the
@@ -137,10 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the approval object")
 
-    p = sub.add_parser("policy", help="policy files")
-    checks = p.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
-    c = checks.add_parser("check", help="validate a policy file and print what it holds")
-    c.add_argument("file", type=Path)
+    p = sub.add_parser("policy", help="policy files: check one, explain a shell command")
+    from bot.policy_command import add_arguments
+
+    add_arguments(p.add_subparsers(dest="policy_command", required=True, metavar="ACTION"))
 
     p = sub.add_parser("mcp", help="the approvals MCP server over stdio (permission_prompt, …)")
     p.add_argument("--agent", default="mcp", help="the agent name reviewers see")
@@ -350,33 +349,6 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def check_policy(path: Path, settings: Settings, out: TextIO) -> int:
-    """`policy check FILE`: exit 0 and a summary when valid, 1 and every problem when not."""
-    from approvals.policy_file import PolicyError, build_policy
-
-    try:
-        policy = build_policy(
-            path, settings.approvals_default_channel, tuple(settings.approvals_reviewers)
-        )
-    except PolicyError as e:
-        print(e.message, file=sys.stderr)
-        return 1
-    print(
-        f"{path}: ok — {plural(len(policy.routes), 'route')}, {plural(len(policy.rules), 'rule')}",
-        file=out,
-    )
-    for name, route in policy.routes.items():
-        reviewers = ", ".join(route.reviewers) or "anyone"
-        print(
-            f"  route {name}: channel {route.channel}, quorum {route.quorum}, "
-            f"on_timeout {route.on_timeout}, reviewers {reviewers}",
-            file=out,
-        )
-    for rule in policy.rules:
-        print(f"  rule {rule.name}: {rule.action}", file=out)
-    return 0
-
-
 def serve(settings: Settings) -> int:
     try:
         return _serve(settings)
@@ -443,7 +415,9 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     if args.command == "serve":
         return serve(settings)
     if args.command == "policy":
-        return check_policy(args.file, settings, sys.stdout)
+        from bot import policy_command
+
+        return policy_command.run(args, settings, sys.stdout)
     if args.command == "doctor":
         from bot import doctor
 

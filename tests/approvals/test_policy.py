@@ -629,7 +629,9 @@ def test_example_file_loads_and_says_what_it_claims() -> None:
 
     assert decide(event("Read", arguments={"file_path": "a"})) == ("allow", None, 1)
     assert decide(event(arguments={"command": "rm -rf build"})) == ("deny", None, 1)
-    assert decide(event("shell", kind="command", command="ls && rm -fr /")) == ("deny", None, 1)
+    assert decide(event(kind="command", command="ls && rm -fr /")) == ("deny", None, 1)
+    assert decide(event(kind="command", command="git status && ls | head")) == ("allow", None, 1)
+    assert decide(event(arguments={"command": "make release"}))[0] == "deny"
     assert decide(event(arguments={"command": "git push origin main"}))[0] == "deny"
     assert decide(event("mcp__stripe__create_refund")) == ("ask", "payments", 2)
     assert decide(event("Edit", agent="billing-bot")) == ("ask", "payments", 3)

@@ -143,9 +143,9 @@ class SimpleCommand:
 
     def line(self) -> str:
         """One line for a reviewer: the normalised command, then what was unwrapped."""
-        from approvals._internal.shell.words import quote
+        from approvals._internal.shell.words import join
 
-        text = " ".join(quote(w) for w in self.argv)
+        text = join(self.argv)
         notes = []
         if self.wrappers:
             notes.append("via " + ", ".join(self.wrappers))
@@ -155,6 +155,10 @@ class SimpleCommand:
             notes.append("in " + " > ".join(self.context))
         for redirect in self.redirects:
             target = redirect.target.text if redirect.target else ""
+            if redirect.op == "<<":
+                target = "…"
+            elif len(target) > 60:
+                target = target[:59] + "…"
             notes.append(f"{'' if redirect.fd is None else redirect.fd}{redirect.op} {target}")
         if self.stdin:
             notes.append(f"stdin from {self.stdin}")

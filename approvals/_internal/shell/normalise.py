@@ -264,11 +264,12 @@ class _Normaliser:
                 return self.emit(state, name, rest, path=path)
             if not all(w.static for w in rest):
                 return self.emit(state, name, rest, "eval runs a string only known when it runs")
-            self.nested(" ".join(w.text for w in rest), "eval", state)
-            return self.emit(state, name, rest, "eval runs a string as a command", path)
+            why = self.nested(" ".join(w.text for w in rest), "eval", state)
+            problem = "eval runs a string as a command" + (f"; {why}" if why else "")
+            return self.emit(state, name, rest, problem, path)
         if name == "trap" and rest and rest[0].static and not rest[0].text.startswith("-"):
-            self.nested(rest[0].text, "trap", state)
-            return self.emit(state, name, rest, path=path)
+            why = self.nested(rest[0].text, "trap", state)
+            return self.emit(state, name, rest, why, path)
         if name in SHELLS:
             return self.shell(state, name, rest, path)
         if name in ("find", "fd", "fdfind"):

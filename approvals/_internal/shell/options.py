@@ -89,8 +89,10 @@ def _read(
                 args.append(f"{canon}={value}")
                 continue
             flags.add(canon)
-            if eq:
+            if eq and (canon.startswith("--") or table is None or table.single_dash_long):
                 args.append(f"{canon}={value}")
+            elif eq:  # `--output=o` is `-o o`
+                args.extend((canon, value))
             elif table is not None and known in table.takes_value and i < n:
                 args.extend((canon, words[i].text))
                 i += 1
@@ -102,6 +104,19 @@ def _read(
             args.append(w)
             continue
         letters = w[1:]
+        if word.glob and not long_form:  # `-[r]f` may become `-rf`: every letter may count
+            for ch in letters:
+                if ch.isalnum():
+                    option = "-" + ch
+                    flags.add(table.canonical.get(option, option) if table else option)
+            args.append(w)
+            continue
+        if not letters.isalnum() and not (
+            table is not None and "-" + letters[0] in table.takes_value
+        ):  # `-auto-approve` for a program without a table: one option, not letters
+            flags.add(w)
+            args.append(w)
+            continue
         for j, ch in enumerate(letters):
             option = "-" + ch
             canon = table.canonical.get(option, option) if table is not None else option

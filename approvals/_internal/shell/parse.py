@@ -148,9 +148,11 @@ def _parse(source: bytes, budget: Budget) -> tree_sitter.Tree | None:
     def progress(_offset: int, _has_error: bool) -> bool:
         return time.thread_time() > deadline  # True cancels the parse
 
+    parser = _parser()
     try:
-        return _parser().parse(read, progress_callback=progress)
+        return parser.parse(read, progress_callback=progress)
     except ValueError:  # cancelled by `progress`
+        parser.reset()  # else the next parse would resume this one
         return None
     finally:
         budget.parse_seconds -= time.thread_time() - start
@@ -277,10 +279,12 @@ class _Walk:
         target: Word | None = None
         if node.type == "heredoc_redirect":
             body_text: str | None = None
+            body_static = True
             piped = False
             for child in node.children:
                 if child.type == "heredoc_body":
                     body_text = self.text(child)
+                    body_static = not any(c.type in _DYNAMIC for c in child.named_children)
                     walk.append((child, _Ctx(ctx.context, depth=depth)))
                 elif child.type == "|" or child.type == "|&":
                     piped = True
@@ -288,15 +292,18 @@ class _Walk:
                     piped = piped or "|" in self.text(child)[:2]
                     fed: Stdin | None = "pipe" if piped else None
                     walk.append((child, _Ctx(ctx.context, fed, None, (), depth)))
-            return Redirect("<<"), "heredoc", body_text, walk
+            body = Word(body_text or "", static=body_static)
+            return Redirect("<<", body), "heredoc", body_text, walk
         if node.type == "herestring_redirect":
             value = next((c for c in node.named_children), None)
             text = None
+            word: Word | None = None
             if value is not None:
                 words = self.words([value])
-                text = words[0].text if len(words) == 1 and words[0].static else None
+                word = words[0] if len(words) == 1 else Word(self.text(value), static=False)
+                text = word.text if word.static else None
                 walk.append((value, _Ctx(ctx.context, depth=depth)))
-            return Redirect("<<<"), "herestring", text, walk
+            return Redirect("<<<", word), "herestring", text, walk
         for child in node.children:
             if child.type == "file_descriptor":
                 digits = self.text(child)

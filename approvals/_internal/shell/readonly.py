@@ -14,8 +14,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from approvals._internal.shell.model import SimpleCommand
-from approvals._internal.shell.tables import WRAPPERS, harmless_variable
+from approvals._internal.shell.model import SimpleCommand, Word
+from approvals._internal.shell.normalise import code_variable
+from approvals._internal.shell.tables import CODE_VARIABLES, WRAPPERS, harmless_variable
 
 #: System directories a program given by path may come from and still be trusted.
 SYSTEM_BIN_DIRS = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/",
@@ -50,8 +51,11 @@ _GIT_READ = frozenset(
      "check-attr", "cherry", "range-diff", "diff-tree", "diff-files", "diff-index",
      "verify-commit", "verify-tag", "ls-remote", "annotate"}
 )  # fmt: skip
-_GIT_RUNS = frozenset({"-c", "--config-env", "--exec-path", "-p", "--output", "--ext-diff",
-                       "--textconv", "--exec", "-O", "--open-files-in-pager"})  # fmt: skip
+#: git's own options that run programs (-c core.pager=…, aliases) or a pager.
+_GIT_GLOBAL_RUNS = frozenset({"-c", "--config-env", "--exec-path", "-p"})
+#: Subcommand options that write a file or run a program.
+_GIT_RUNS = frozenset({"--output", "--ext-diff", "--textconv", "--exec", "-O",
+                       "--open-files-in-pager", "--upload-pack"})  # fmt: skip
 _BRANCH_LISTING = frozenset(
     {"--list", "--all", "--remotes", "--verbose", "-vv", "--show-current", "--format",
      "--contains", "--no-contains", "--merged", "--no-merged", "--sort", "--points-at",
@@ -65,10 +69,11 @@ _CONFIG_WRITE = frozenset({"--unset", "--unset-all", "--add", "--replace-all", "
 
 
 def _git(c: SimpleCommand) -> str | None:
-    runs = c.flags & _GIT_RUNS
+    sub = c.subcommand
+    own = c.args[: c.args.index(sub)] if sub is not None and sub in c.args else c.args
+    runs = (set(own) & _GIT_GLOBAL_RUNS) | (c.flags & _GIT_RUNS)
     if runs:
         return f"git {sorted(runs)[0]} writes a file or runs a program"
-    sub = c.subcommand
     rest = c.positionals[1:]
     listing_flags = {f for f in c.flags if f.startswith("-")} - {
         "-C",
@@ -78,7 +83,7 @@ def _git(c: SimpleCommand) -> str | None:
         "--no-optional-locks",
     }
     if sub is None:
-        return None if c.flags & {"--version", "--help"} else "git without a subcommand"
+        return None if c.flags & {"-v", "-h"} else "git without a subcommand"
     if sub in _GIT_READ:
         return None
     if sub == "branch":
@@ -101,11 +106,13 @@ def _git(c: SimpleCommand) -> str | None:
         if c.flags & _CONFIG_READ or (rest and rest[0] in ("get", "list")) or len(rest) == 1:
             return None
         return "git config changes the configuration"
-    if sub in ("stash", "worktree", "reflog", "submodule", "notes"):
+    if sub == "reflog":
+        writes = rest[:1] in (("expire",), ("delete",))
+        return "git reflog expire/delete changes the repository" if writes else None
+    if sub in ("stash", "worktree", "submodule", "notes"):
         action = rest[0] if rest else ("list" if sub == "worktree" else None)
         readers = {"stash": ("list", "show"), "worktree": ("list",),
-                   "reflog": (None, "show"), "submodule": (None, "status"),
-                   "notes": ("list", "show")}[sub]  # fmt: skip
+                   "submodule": (None, "status"), "notes": ("list", "show")}[sub]  # fmt: skip
         return None if action in readers else f"git {sub} {action or ''} changes the repository"
     return f"git {sub} is not on the read-only list"
 
@@ -264,8 +271,8 @@ READ_ONLY: dict[str, ReadOnly] = {
         {"ps", "images", "inspect", "logs", "version", "info", "stats", "top", "port",
          "history"}))),
     "kubectl": _r("kubectl get|describe|logs|… (not secrets)", check=_kubectl),
-    "go": _r("go version|env|list|doc print", check=_subcommands("go", frozenset(
-        {"version", "list", "doc", "help"}))),
+    "go": _r("go version|env|list|doc print; env -w/-u writes", "-w -u", check=_subcommands(
+        "go", frozenset({"version", "env", "list", "doc", "help"}))),
     "cargo": _r("cargo --version|tree|metadata print", check=_subcommands("cargo", frozenset(
         {"tree", "metadata", "help", "version"}))),
     "terraform": _r("terraform version|show|validate|providers print", check=_subcommands(
@@ -306,8 +313,9 @@ def why_not(c: SimpleCommand) -> str | None:
         if spec is not None and not spec.read_only:
             return f"runs through {wrapper.split()[0]}"
     for assignment in c.assignments:
-        name = assignment.split("=", 1)[0]
-        if not harmless_variable(name):
+        name, _, value = assignment.partition("=")
+        pager = name in CODE_VARIABLES and code_variable(name, Word(value)) is None
+        if not harmless_variable(name) and not pager:
             return f"runs with {name} set"
     for redirect in c.redirects:
         if redirect.writes_file:

@@ -103,7 +103,7 @@ def detect(parsed: ParsedCommand, cwd: str | None) -> tuple[Risk, ...]:
     found: dict[tuple[str, str], Risk] = {}
     here = cwd
     for command in parsed.commands:
-        for risk in _command_risks(command, here):
+        for risk in _command_risks(command, here, cwd):
             found.setdefault((risk.code, risk.text), risk)
         if command.program in ("cd", "pushd") and not command.context:
             here = _cd(here, command)
@@ -215,7 +215,8 @@ def write_targets(c: SimpleCommand) -> list[Word]:
     return targets
 
 
-def _command_risks(c: SimpleCommand, cwd: str | None) -> Iterator[Risk]:
+def _command_risks(c: SimpleCommand, here: str | None, cwd: str | None) -> Iterator[Risk]:
+    """`c`'s risks; relative paths are in `here` (cwd after any `cd`), judged against `cwd`."""
     program = c.program
     if program is None:
         return
@@ -228,7 +229,7 @@ def _command_risks(c: SimpleCommand, cwd: str | None) -> Iterator[Risk]:
         if spec is not None and spec.privileged:
             yield Risk("privilege", f"{program} runs as another user via {wrapper}")
     for target in write_targets(c):
-        path = _resolve(target, cwd)
+        path = _resolve(target, here)
         if path is None:
             continue
         if _sensitive(path):
@@ -247,7 +248,12 @@ def _shell_risks(c: SimpleCommand) -> Iterator[Risk]:
     if runs_code and c.stdin == "pipe" and not _has_script(c):
         yield Risk("pipe_to_shell", f"{program} runs what a pipe feeds it")
     if runs_code or program in ("eval", "source", "."):
-        fetched = [w.text for w in c.words if not w.static and _FETCH.search(w.text)]
+        sources = [w for w in c.words if not w.static]
+        if c.stdin is not None and not _has_script(c):
+            sources += [r.target for r in c.redirects if r.target is not None and r.op in (
+                "<", "<<", "<<<")]  # fmt: skip
+        fetched = [w.text for w in sources if (_FETCH.search(w.text) and "$(" in w.text)
+                   or (w.text.startswith("<(") and _FETCH.search(w.text))]  # fmt: skip
         if fetched:
             yield Risk("pipe_to_shell", f"{program} runs code fetched by {_clip(fetched[0], 80)}")
 

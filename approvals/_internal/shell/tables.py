@@ -849,8 +849,8 @@ WRAPPERS: dict[str, Wrapper] = {
                 "-t --no-title -w --no-wrap -x --exec -r --no-rerun"),
     "busybox": _w("runs the APPLET named by its first argument"),
     "toybox": _w("runs the APPLET named by its first argument"),
-    "taskset": _w("runs COMMAND on some CPUs (MASK first, or -c LIST)", "",
-                  "-a --all-tasks", positionals=1),
+    "taskset": _w("runs COMMAND on some CPUs (MASK, or with -c a LIST, first)", "",
+                  "-a --all-tasks -c --cpu-list", positionals=1),
     "chrt": _w("runs COMMAND with a scheduling policy (PRIORITY first)", "-T -P -D",
                "-b --batch -d --deadline -f --fifo -i --idle -o --other -r --rr -R "
                "--reset-on-fork -a --all-tasks -v --verbose", positionals=1),

@@ -215,3 +215,12 @@ def quote(word: str) -> str:
     if word == "{}" or _SAFE.fullmatch(word):
         return word
     return shlex.quote(word)
+
+
+def join(argv: tuple[str, ...] | list[str]) -> str:
+    """An argv as a command line that runs it (a program with `=` in it quoted, so it is not
+    read as an assignment)."""
+    words = [quote(w) for w in argv]
+    if words and "=" in argv[0] and words[0] == argv[0]:
+        words[0] = "'" + argv[0] + "'"
+    return " ".join(words)

@@ -33,13 +33,13 @@ def _is_assignment(text: str) -> bool:
 
 
 def _cluster(spec: Wrapper, option: str, words: list[Word], i: int) -> tuple[int, str | None]:
-    """Combined short options (`sudo -En`, `sudo -uroot`): (next index, value taken) or
-    (-1, None) when a letter is unknown."""
+    """Combined short options (`sudo -En`, `sudo -uroot`, `script -qc CMD`): (next index,
+    value taken) or (-1, None) when a letter is unknown."""
     for j, ch in enumerate(option[1:]):
         short = "-" + ch
         if short in spec.flag_options:
             continue
-        if short in spec.value_options:
+        if short in spec.value_options or short in spec.string_options:
             if j + 2 < len(option):
                 return i, option[j + 2 :]
             if i >= len(words):
@@ -110,12 +110,16 @@ def unwrap(name: str, spec: Wrapper, words: list[Word]) -> Unwrapped | str:
         if name == "nice" and option.lstrip("-").isdigit():
             continue
         if not option.startswith("--") and len(option) > 2:
+            taken = i
             i, value = _cluster(spec, option, words, i)
             if i < 0:
                 return f"unknown option {w} of {name}"
-            if value is not None and not w.endswith(value):
+            if value is not None and i > taken:
                 shown.append(value)
-            seen.update(f"-{c}" for c in option[1:])
+            letters = {f"-{c}" for c in option[1:]}
+            seen.update(letters)
+            if value is not None and letters & spec.string_options:
+                string = words[i - 1] if i > taken else Word(value)
             continue
         return f"unknown option {w} of {name}"
     if name == "sudo" and seen & {"-e", "--edit"}:
@@ -127,8 +131,6 @@ def unwrap(name: str, spec: Wrapper, words: list[Word]) -> Unwrapped | str:
         assignments.append(words[i].text)
         i += 1
     positionals = spec.positionals
-    if name == "taskset" and seen & {"-c", "--cpu-list", "-p", "--pid"}:
-        positionals = 0
     if positionals and string is None:
         if i + positionals > n:
             return f"{name} needs {positionals} argument(s) before the command"
