@@ -17,6 +17,8 @@ Part = tuple[str, bool]
 MAX_BRACE_WORDS = 256
 #: Longest word brace expansion is tried on (longer words with active braces: unanalysable).
 MAX_BRACE_INPUT = 4096
+#: Most characters one brace expansion may produce.
+MAX_BRACE_CHARS = 64 * 1024
 
 _ANSI_SIMPLE = {
     "a": "\a",
@@ -63,10 +65,18 @@ def ansi_c(body: str) -> str:
     return _ANSI.sub(one, body)
 
 
+#: One escape: a line continuation (nothing) or a backslash and the character it keeps.
+_ESCAPE = re.compile(r"\\\n|\\(.)", re.DOTALL)
+#: Characters whose meaning depends on being unquoted (brace and glob expansion, tilde).
+_SPECIAL = re.compile(r"[{}*?\[~,]")
+
+
 def unquoted_parts(text: str) -> list[Part]:
     """An unquoted word's text: `\\x` is a literal x, `\\<newline>` is nothing."""
     if "\\" not in text:
         return [(text, True)]
+    if not _SPECIAL.search(text):  # nothing an escape could switch off: one part, fast
+        return [(_ESCAPE.sub(r"\1", text), True)]
     parts: list[Part] = []
     i, n = 0, len(text)
     run: list[str] = []
@@ -180,13 +190,15 @@ def brace_expand(parts: list[Part]) -> list[list[Part]]:
     if sum(len(t) for t, _ in parts) > MAX_BRACE_INPUT:
         raise BraceLimit
     done: list[list[Part]] = []
+    produced = 0
     todo = [_chars(parts)]
     while todo:
         chars = todo.pop()
         found = _first_brace(chars)
         if found is None:
             done.append(_join(chars))
-            if len(done) > MAX_BRACE_WORDS:
+            produced += len(chars)
+            if len(done) > MAX_BRACE_WORDS or produced > MAX_BRACE_CHARS:
                 raise BraceLimit
             continue
         start, end, commas = found
