@@ -20,7 +20,6 @@ Pure: no Redis, no Slack, no environment.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import json
 import re
 from collections.abc import Callable
@@ -149,7 +148,6 @@ class Match(BaseModel):
     risks: Annotated[list[RiskCode] | None, BeforeValidator(_listify), Field(min_length=1)] = None
 
     _names: dict[str, tuple[re.Pattern[str], ...]] = PrivateAttr(default_factory=dict)
-    _risks: frozenset[str] | None = PrivateAttr(default=None)
     _arguments: dict[str, re.Pattern[str]] = PrivateAttr(default_factory=dict)
 
     @field_validator("tool", "agent", "session")
@@ -165,7 +163,6 @@ class Match(BaseModel):
             for field in ("tool", "agent", "session")
         }
         self._arguments = {k: re.compile(v) for k, v in (self.arguments or {}).items()}
-        self._risks = frozenset(self.risks) if self.risks is not None else None
 
     @property
     def is_command_rule(self) -> bool:
@@ -202,8 +199,23 @@ class Match(BaseModel):
             if not is_command_event(event):
                 return False
             analysis = shell() if shell is not None else analysis_of(event)
-            return rule_matches(action, self.command, self._risks, analysis)
+            return rule_matches(action, self.command, self.risks, analysis)
         return True
+
+
+class _Once:
+    """An event's shell analysis, made when first asked for (`Match.matches`' `shell`)."""
+
+    __slots__ = ("analysis", "event")
+
+    def __init__(self, event: ApprovalEvent) -> None:
+        self.event = event
+        self.analysis: Analysis | None = None
+
+    def __call__(self) -> Analysis:
+        if self.analysis is None:
+            self.analysis = analysis_of(self.event)
+        return self.analysis
 
 
 class Route(BaseModel):
@@ -355,7 +367,7 @@ class Policy(BaseModel):
         (or on `requested_route`, a route the caller named; a rule's route and a sensitivity
         route still win over it)."""
         config = config or ApprovalConfig()
-        shell = functools.cache(lambda: analysis_of(event))  # parsed once, if a rule asks
+        shell = _Once(event)  # the command is parsed once, if a rule asks
         matched = [
             r for r in self.rules if r.match.matches(event, config.sensitivity, r.action, shell)
         ]

@@ -331,7 +331,7 @@ LABELLED: list[tuple[str, list[str]]] = [
     ("cat <<EOF\nbody\nEOF\na", ["cat", "a"]),
     ("cat <<'EOF' | a\n$(x)\nEOF", ["cat", "a"]),
     ("a <<< word | b", ["a", "b"]),
-    ("a\\\n-rf", ["a"]),
+    ("a\\\n-rf", ["a-rf"]),  # a line continuation joins the words
     ("! a | b", ["a", "b"]),
     ("a 2>&1 | b &> /dev/null", ["a", "b"]),
     ("coproc a", ["coproc"]),
@@ -340,7 +340,7 @@ LABELLED: list[tuple[str, list[str]]] = [
     ("select x in 1; do a; done", ["a"]),
     ("until a; do b; done", ["a", "b"]),
     ("a; # b\nc", ["a", "c"]),
-    ("declare -x A=$(a)", ["a"]),
+    ("declare -x A=$(a)", ["declare", "a"]),
     ('echo "$(a "$(b)")"', ["echo", "a", "b"]),
     ("$'a' x", ["a"]),
     ("{ a; } > out", ["a"]),
@@ -356,7 +356,7 @@ def _bashlex_programs(text: str) -> list[str]:
         if node.kind == "command":
             words = [p for p in node.parts if p.kind == "word"]
             if words:
-                found.append(words[0].word)
+                found.append(words[0].word.strip("'$"))
         for attr in ("parts", "list"):
             for child in getattr(node, attr, None) or []:
                 walk(child)
@@ -384,6 +384,8 @@ def _ts_programs(text: str) -> list[str]:
             name = node.child_by_field_name("name")
             if name is not None:
                 found.append(source[name.start_byte : name.end_byte].decode().strip("'$"))
+        elif node.type == "declaration_command":
+            found.append(source[node.start_byte : node.end_byte].decode().split()[0])
         stack.extend(reversed(node.children))
     if tree.root_node.has_error:
         raise SyntaxError("tree-sitter: syntax error")

@@ -17,6 +17,7 @@ import aiohttp
 import yaml
 
 from approvals.policy_file import load_policy
+from approvals.store.keys import Keys
 from bot.app import Bot
 from tests.support.e2e import CHANNEL, BotFactory
 from tests.support.slack_emulator import SlackEmulator
@@ -97,15 +98,29 @@ async def test_asked_evasions_reach_slack_and_are_never_allowed(
         assert json.dumps(command)[1:-1] in posted
 
 
+async def posts_queued(redis: Any, keys: Keys) -> int:
+    """Outbox entries that would post a Slack message (an allow queues none)."""
+    entries = await redis.xrange(keys.outbox)
+    return sum(
+        1 for _, fields in entries if fields.get(b"op", fields.get("op")) in (b"post", "post")
+    )
+
+
 async def test_a_read_only_command_is_allowed_without_a_slack_message(
-    make_bot: BotFactory, slack: SlackEmulator, http: aiohttp.ClientSession
+    make_bot: BotFactory,
+    slack: SlackEmulator,
+    http: aiohttp.ClientSession,
+    redis: Any,
+    keys: Keys,
 ) -> None:
     bot = await example_bot(make_bot)
     for command in ("git status && git diff --stat | head -20", "ls -la", "rg TODO src/"):
         answer = await hook(http, bot, command)
         assert answer["permissionDecision"] == "allow", command
-    await asyncio.sleep(0.3)  # a post, had one been queued, would be taken by now
+    assert await posts_queued(redis, keys) == 0
     assert slack.calls_to("chat.postMessage") == []
+    await hook(http, bot, "touch marker", "timeout=2&on_timeout=deny")  # asked: it posts
+    assert await posts_queued(redis, keys) == 1
 
 
 async def run_command_hook(bot: Bot, command: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from approvals._internal.shell.model import Analysis, SimpleCommand, Word
 from approvals._internal.shell.options import NO_SPLIT, _read, read, table_for
@@ -63,8 +63,6 @@ class CommandMatch(BaseModel):
     #: True: the command is on the shipped read-only list, writing nothing; False: it is not.
     read_only: bool | None = None
 
-    _programs: frozenset[str] = PrivateAttr(default=frozenset())
-
     @field_validator("program", "subcommand", "flags")
     @classmethod
     def _not_blank(cls, value: list[str] | None) -> list[str] | None:
@@ -72,6 +70,12 @@ class CommandMatch(BaseModel):
             if not entry.strip():
                 raise ValueError("entries may not be blank")
         return value
+
+    @field_validator("program")
+    @classmethod
+    def _lower(cls, value: list[str] | None) -> list[str] | None:
+        """Programs are compared in lower case (`RM` runs rm on a case-insensitive disk)."""
+        return [p.lower() for p in value] if value is not None else None
 
     @field_validator("flags")
     @classmethod
@@ -81,12 +85,9 @@ class CommandMatch(BaseModel):
                 raise ValueError(f"{entry!r} is not an option (flags start with -)")
         return value
 
-    def model_post_init(self, context: Any, /) -> None:
-        self._programs = frozenset(p.lower() for p in self.program or ())
-
     def matches_command(self, command: SimpleCommand) -> bool:
         program = command.program
-        if self.program is not None and (program is None or program not in self._programs):
+        if self.program is not None and (program is None or program not in self.program):
             return False
         if self.subcommand is not None:
             aliases = SUBCOMMAND_ALIASES.get(program or "", {})
@@ -105,7 +106,7 @@ class CommandMatch(BaseModel):
 def rule_matches(
     action: str,
     command: CommandMatch | None,
-    risks: frozenset[str] | None,
+    risks: Sequence[str] | None,
     analysis: Analysis,
 ) -> bool:
     """Whether a rule with these command matchers matches, folded for its action."""
@@ -115,7 +116,7 @@ def rule_matches(
             return False
         if action == "ask":
             return True
-    if risks is not None and not risks & analysis.risk_codes:
+    if risks is not None and not analysis.risk_codes.intersection(risks):
         return False
     if command is None:
         return True

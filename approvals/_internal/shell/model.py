@@ -6,7 +6,8 @@ options), read by `readonly.py`, `risks.py` and `matching.py`. Nothing here pars
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 #: How a command's standard input is fed: from the previous command of a pipeline, a
@@ -210,12 +211,28 @@ class Risk:
         return f"{self.code}: {self.text}"
 
 
-@dataclass(frozen=True, slots=True)
 class Analysis:
-    """A parsed command with its risks, as the policy sees one event's command."""
+    """A parsed command and its risks (found when first asked for), as the policy sees one
+    event's command."""
 
-    parsed: ParsedCommand
-    risks: tuple[Risk, ...] = field(default=())
+    __slots__ = ("_detect", "_risks", "cwd", "parsed")
+
+    def __init__(
+        self,
+        parsed: ParsedCommand,
+        cwd: str | None,
+        detect: Callable[[ParsedCommand, str | None], tuple[Risk, ...]],
+    ) -> None:
+        self.parsed = parsed
+        self.cwd = cwd
+        self._detect = detect
+        self._risks: tuple[Risk, ...] | None = None
+
+    @property
+    def risks(self) -> tuple[Risk, ...]:
+        if self._risks is None:
+            self._risks = self._detect(self.parsed, self.cwd)
+        return self._risks
 
     @property
     def risk_codes(self) -> frozenset[str]:

@@ -58,9 +58,8 @@ def parsed(command: Command | None) -> ParsedCommand:
 
 
 def analysis(command: Command | None, cwd: str | None) -> Analysis:
-    """The parsed command and its risks (paths judged against `cwd`)."""
-    parsed_command = parsed(command)
-    return Analysis(parsed_command, detect(parsed_command, cwd))
+    """The parsed command and its risks (paths judged against `cwd`; found when asked for)."""
+    return Analysis(parsed(command), cwd, detect)
 
 
 def analysis_of(event: ApprovalEvent) -> Analysis:
