@@ -4,7 +4,7 @@ read-only or not, with its risks, for the policy's `command` and `risks` rules.
 Internal (not a stable API). The modules, in the order a command goes through them:
 
     parse.py      tree-sitter-bash → raw simple commands (bounded: size, CPU, nodes, depth)
-    words.py      word values: quotes, escapes, ANSI-C strings, brace expansion
+    word_nodes.py word nodes → values (words.py: quotes, escapes, ANSI-C, brace expansion)
     normalise.py  wrappers unwrapped (wrappers.py), sh -c strings parsed again; `analyse`
     options.py    options split and spelled canonically (tables.py), the subcommand
     readonly.py   the read-only list and the judgement

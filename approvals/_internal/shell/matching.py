@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from approvals._internal.shell.model import Analysis, SimpleCommand, Word
-from approvals._internal.shell.options import NO_SPLIT, _read, read, table_for
+from approvals._internal.shell.options import NO_SPLIT, read, read_words, table_for
 from approvals._internal.shell.readonly import READ_ONLY, why_not
 from approvals._internal.shell.tables import (
     OPAQUE_BUILTINS,
@@ -41,10 +41,10 @@ def rule_flags(program: str | None, subcommand: str | None, flag: str) -> frozen
     `--recursive` for rm → {-r})."""
     word = [Word(flag)]
     if program is None:
-        return frozenset(_read(word, None, True)[1]) or frozenset({flag})
+        return frozenset(read_words(word, None, True)[1]) or frozenset({flag})
     if program == "git" and subcommand is not None:
         table = table_for("git", subcommand)
-        return frozenset(_read(word, table, True)[1]) or frozenset({flag})
+        return frozenset(read_words(word, table, True)[1]) or frozenset({flag})
     return read(program, word).flags or frozenset({flag})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 #: How a command's standard input is fed: from the previous command of a pipeline, a
 #: here-document, a here-string, or a file (`< f`). None: inherited from the agent.
@@ -31,23 +31,7 @@ RiskCode = Literal[
     "privilege",
     "unanalysable",
 ]
-RISK_CODES: tuple[RiskCode, ...] = (
-    "recursive_delete",
-    "force_push",
-    "push_to_protected",
-    "history_rewrite",
-    "pipe_to_shell",
-    "writes_outside_cwd",
-    "writes_sensitive_path",
-    "reads_credentials",
-    "permission_change",
-    "publish",
-    "infra_destroy",
-    "database_drop",
-    "disk_tool",
-    "privilege",
-    "unanalysable",
-)
+RISK_CODES: tuple[RiskCode, ...] = get_args(RiskCode)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ def canonical(program: str | None, subcommand: str | None, flag: str) -> str:
     return table.canonical[known] if known else name
 
 
-def _read(
+def read_words(
     words: list[Word], table: OptionTable | None, split: bool, stop_at_positional: bool = False
 ) -> tuple[list[str], set[str], list[str], int]:
     """Read options from `words`: (args, flags, positionals, index where reading stopped)."""
@@ -141,7 +141,7 @@ def read(program: str, words: list[Word]) -> Options:
         return _read_git(words)
     table = OPTIONS.get(program)
     split = program not in NO_SPLIT
-    args, flags, positionals, _ = _read(words, table, split)
+    args, flags, positionals, _ = read_words(words, table, split)
     subcommand = positionals[0] if positionals else None
     aliases = SUBCOMMAND_ALIASES.get(program)
     if subcommand is not None and aliases:
@@ -151,13 +151,15 @@ def read(program: str, words: list[Word]) -> Options:
 
 def _read_git(words: list[Word]) -> Options:
     """git: its own options, the subcommand, then the subcommand's options."""
-    args, flags, positionals, stop = _read(words, OPTIONS["git"], True, stop_at_positional=True)
+    args, flags, positionals, stop = read_words(
+        words, OPTIONS["git"], True, stop_at_positional=True
+    )
     if not positionals:
         return Options(tuple(args), frozenset(flags), (), None)
     subcommand = positionals[0]
     rest = words[stop:]
     table = OPTIONS.get(f"git {subcommand}")
-    sub_args, sub_flags, sub_positionals, _ = _read(rest, table, True)
+    sub_args, sub_flags, sub_positionals, _ = read_words(rest, table, True)
     return Options(
         tuple(args + sub_args),
         frozenset(flags | sub_flags),

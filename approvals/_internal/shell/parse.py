@@ -11,7 +11,6 @@ command gets a problem (unanalysable), never an exception.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,16 +19,8 @@ import tree_sitter
 import tree_sitter_bash
 
 from approvals._internal.shell.model import Redirect, Stdin, Word
-from approvals._internal.shell.words import (
-    BraceLimit,
-    Part,
-    ansi_c,
-    brace_expand,
-    double_quoted,
-    has_glob,
-    text_of,
-    unquoted_parts,
-)
+from approvals._internal.shell.word_nodes import DYNAMIC, TooDeep, WordReader
+from approvals._internal.shell.words import BraceLimit
 
 #: Longest command line analysed (UTF-8 bytes); longer ones are unanalysable. tree-sitter's
 #: error recovery does work proportional to the text between two checks of the budget
@@ -49,16 +40,6 @@ MAX_COMMANDS = 200
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
 _LOCAL = threading.local()
-_CONTINUATIONS = re.compile(r"(?:\\\r?\n)+")
-_DYNAMIC = frozenset(
-    {
-        "simple_expansion",
-        "expansion",
-        "command_substitution",
-        "process_substitution",
-        "arithmetic_expansion",
-    }
-)
 _REDIRECTS = frozenset({"file_redirect", "heredoc_redirect", "herestring_redirect"})
 #: Nodes that hold no command anywhere below them: the walk does not visit them.
 _LEAVES = frozenset(
@@ -66,9 +47,6 @@ _LEAVES = frozenset(
      "special_variable_name", "file_descriptor", "heredoc_start", "heredoc_end", "comment",
      "test_operator", "extglob_pattern", "regex", "heredoc_content"}
 )  # fmt: skip
-_STATEMENTS = frozenset(
-    {"command", "declaration_command", "unset_command", "test_command", "redirected_statement"}
-)
 
 
 def _parser() -> tree_sitter.Parser:
@@ -123,10 +101,6 @@ class _Ctx:
     stdin_text: str | None = None
     redirects: tuple[Redirect, ...] = ()
     depth: int = 0
-
-
-class _TooDeep(Exception):
-    pass
 
 
 def parse_script(text: str, budget: Budget, context: tuple[str, ...] = ()) -> Script:
@@ -188,6 +162,7 @@ class _Walk:
         self.source = source
         self.script = script
         self.budget = budget
+        self.reader = WordReader(source, MAX_DEPTH)
 
     def text(self, node: tree_sitter.Node) -> str:
         return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
@@ -244,9 +219,7 @@ class _Walk:
                 if assignment.type == "variable_assignment":
                     self.script.assignments.append(self.assignment(assignment, ctx))
             return [(c, deeper) for c in node.named_children]
-        if kind == "ERROR":
-            return [(c, deeper) for c in node.named_children]
-        return [(c, deeper) for c in node.named_children]
+        return [(c, deeper) for c in node.named_children]  # ERROR nodes too: what they hold
 
     def statement(self, node: tree_sitter.Node) -> bool:
         """An assignment standing alone (not part of a command or declaration)."""
@@ -295,7 +268,7 @@ class _Walk:
             for child in node.children:
                 if child.type == "heredoc_body":
                     body_text = self.text(child)
-                    body_static = not any(c.type in _DYNAMIC for c in child.named_children)
+                    body_static = not any(c.type in DYNAMIC for c in child.named_children)
                     walk.append((child, _Ctx(ctx.context, depth=depth)))
                 elif child.type == "|" or child.type == "|&":
                     piped = True
@@ -310,7 +283,7 @@ class _Walk:
             text = None
             word: Word | None = None
             if value is not None:
-                words = self.words([value])
+                words = self.reader.words([value])
                 word = words[0] if len(words) == 1 else Word(self.text(value), static=False)
                 text = word.text if word.static else None
                 walk.append((value, _Ctx(ctx.context, depth=depth)))
@@ -322,7 +295,7 @@ class _Walk:
             elif not child.is_named:
                 op = op or child.type
             else:
-                words = self.words([child])
+                words = self.reader.words([child])
                 target = words[0] if words else None
                 walk.append((child, _Ctx(ctx.context, depth=depth)))
         redirect = Redirect(op or ">", target, fd)
@@ -336,7 +309,7 @@ class _Walk:
         value_node = node.child_by_field_name("value")
         if value_node is None:
             return name, Word("")
-        words = self.words([value_node])
+        words = self.reader.words([value_node])
         return name, words[0] if len(words) == 1 else Word(self.text(value_node), static=False)
 
     def command(self, node: tree_sitter.Node, ctx: _Ctx) -> None:
@@ -381,88 +354,9 @@ class _Walk:
                     continue
                 else:
                     word_nodes.append(child)
-            raw.words.extend(self.words(word_nodes))
+            raw.words.extend(self.reader.words(word_nodes))
         except BraceLimit:
             raw.problem = "a brace expansion makes too many words"
-        except _TooDeep:
+        except TooDeep:
             raw.problem = f"words nested more than {MAX_DEPTH} levels deep"
         self.script.commands.append(raw)
-
-    # -- words --------------------------------------------------------------------------
-
-    def words(self, nodes: list[tree_sitter.Node]) -> list[Word]:
-        """Word nodes → values; nodes split only by line continuations are one word."""
-        groups: list[tuple[list[Part], bool]] = []
-        end = -1
-        for node in nodes:
-            parts, static = self.parts(node, 0)
-            gap = self.source[end : node.start_byte] if end >= 0 else b" "
-            if groups and (not gap or _CONTINUATIONS.fullmatch(gap.decode("utf-8", "replace"))):
-                previous, was_static = groups[-1]
-                groups[-1] = (previous + parts, was_static and static)
-            else:
-                groups.append((parts, static))
-            end = node.end_byte
-        out: list[Word] = []
-        for parts, static in groups:
-            for expanded in brace_expand(parts) if static else [parts]:
-                out.append(Word(text_of(expanded), static=static, glob=has_glob(expanded)))
-        return out
-
-    def parts(self, node: tree_sitter.Node, depth: int) -> tuple[list[Part], bool]:
-        if depth > MAX_DEPTH:
-            raise _TooDeep
-        kind = node.type
-        if kind in ("word", "number"):
-            return unquoted_parts(self.text(node)), True
-        if kind == "raw_string":
-            return [(self.text(node)[1:-1], False)], True
-        if kind == "ansi_c_string":
-            return [(ansi_c(self.text(node)[2:-1]), False)], True
-        if kind in ("string", "translated_string"):
-            return self.string(node, depth)
-        if kind in _DYNAMIC:
-            return [(self.text(node), False)], False
-        if kind == "variable_assignment":
-            name = node.child_by_field_name("name")
-            value = node.child_by_field_name("value")
-            head: list[Part] = [((self.text(name) if name is not None else "") + "=", False)]
-            if value is None:
-                return head, True
-            sub, sub_static = self.parts(value, depth + 1)
-            return head + sub, sub_static
-        if kind == "concatenation":
-            parts: list[Part] = []
-            static = True
-            for child in node.children:
-                sub, sub_static = self.parts(child, depth + 1)
-                parts.extend(sub)
-                static = static and sub_static
-            return parts, static
-        if not node.is_named:
-            return [(self.text(node), True)], True
-        return [(self.text(node), True)], True
-
-    def string(self, node: tree_sitter.Node, depth: int) -> tuple[list[Part], bool]:
-        text_start = node.start_byte
-        raw = self.text(node)
-        start = text_start + (raw.index('"') + 1 if '"' in raw else 0)
-        stop = node.end_byte - 1 if raw.endswith('"') else node.end_byte
-        parts: list[Part] = []
-        static = True
-        cursor = start
-        for child in node.named_children:
-            if child.start_byte > cursor:
-                gap = self.source[cursor : child.start_byte].decode("utf-8", "surrogatepass")
-                parts.append((double_quoted(gap), False))
-            if child.type == "string_content":
-                parts.append((double_quoted(self.text(child)), False))
-            else:
-                sub, sub_static = self.parts(child, depth + 1)
-                parts.extend((t, False) for t, _ in sub)
-                static = static and sub_static
-            cursor = max(cursor, child.end_byte)
-        if stop > cursor:
-            gap = self.source[cursor:stop].decode("utf-8", "surrogatepass")
-            parts.append((double_quoted(gap), False))
-        return parts, static

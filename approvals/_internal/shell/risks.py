@@ -91,7 +91,6 @@ _DISK_TOOLS = frozenset(
     {"dd", "fdisk", "sfdisk", "gdisk", "sgdisk", "cfdisk", "parted", "wipefs", "shred",
      "mkswap", "blkdiscard", "cryptsetup", "diskutil", "format", "hdparm", "badblocks"}
 )  # fmt: skip
-_DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "mv"})
 _WRITERS_ALL = frozenset({"rm", "rmdir", "unlink", "shred", "touch", "mkdir", "truncate", "tee",
                           "mv", "mkfifo"})  # fmt: skip
 _WRITERS_LAST = frozenset({"cp", "install", "ln", "rsync", "scp"})
