@@ -9,7 +9,10 @@ what happens at the deadline) and *rules* (what to match, then `allow`,
 blank line); no match asks on the `default` route. Name patterns (`tool`,
 `agent`, `session`) are globs matched against the whole name, or regexes
 searched in it when written `/…/`; argument patterns are always regexes
-searched in the argument's text. `approvals._internal.policy_file` reads a file and
+searched in the argument's text. `command` and `risks` match the parsed shell
+command (`approvals/_internal/shell/matching.py`): an allow rule needs every simple
+command to match, ask and deny any; an unanalysable command never matches an allow
+rule and always an ask rule. `approvals._internal.policy_file` reads a file and
 checks cross-references (route names, escalation chains, rule names).
 Pure: no Redis, no Slack, no environment.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -32,6 +36,9 @@ from pydantic import (
 )
 
 from approvals._internal.merge import RuleOutcome, merge_outcomes
+from approvals._internal.shell.matching import CommandMatch, rule_matches
+from approvals._internal.shell.model import Analysis, RiskCode
+from approvals._internal.shell.view import analysis_of, is_command_event
 from approvals._internal.slack_ids import CHANNEL_ID, REVIEWER_ID
 from approvals.models import (
     MAX_DEADLINE_SECONDS,
@@ -146,6 +153,11 @@ class Match(BaseModel):
         list[Sensitivity] | None, BeforeValidator(_listify), Field(min_length=1)
     ] = None
     arguments: dict[str, Regex] | None = None
+    #: The shell command, parsed (`approvals/_internal/shell/`): program, subcommand, flags in
+    #: any spelling, read_only. Only events carrying a shell command match.
+    command: CommandMatch | None = None
+    #: Any of these risks was detected in the shell command (`risks_of`).
+    risks: Annotated[list[RiskCode] | None, BeforeValidator(_listify), Field(min_length=1)] = None
 
     _names: dict[str, tuple[re.Pattern[str], ...]] = PrivateAttr(default_factory=dict)
     _arguments: dict[str, re.Pattern[str]] = PrivateAttr(default_factory=dict)
@@ -164,7 +176,21 @@ class Match(BaseModel):
         }
         self._arguments = {k: re.compile(v) for k, v in (self.arguments or {}).items()}
 
-    def matches(self, event: ApprovalEvent, sensitivity: Sensitivity = "low") -> bool:
+    @property
+    def is_command_rule(self) -> bool:
+        """Whether it matches on the parsed shell command (`command` or `risks`)."""
+        return self.command is not None or self.risks is not None
+
+    def matches(
+        self,
+        event: ApprovalEvent,
+        sensitivity: Sensitivity = "low",
+        action: Action = "ask",
+        shell: Callable[[], Analysis] | None = None,
+    ) -> bool:
+        """Whether the event matches; `action` folds a command matcher over the simple
+        commands (allow: every one; ask, deny: any), `shell` gives the event's parsed
+        command (parsed here when not given)."""
         if self.kind is not None and event.kind not in self.kind:
             return False
         if self.sensitivity is not None and sensitivity not in self.sensitivity:
@@ -181,7 +207,27 @@ class Match(BaseModel):
             text = argument_text(event, name)
             if text is None or not pattern.search(text):
                 return False
+        if self.is_command_rule:
+            if not is_command_event(event):
+                return False
+            analysis = shell() if shell is not None else analysis_of(event)
+            return rule_matches(action, self.command, self.risks, analysis)
         return True
+
+
+class _Once:
+    """An event's shell analysis, made when first asked for (`Match.matches`' `shell`)."""
+
+    __slots__ = ("analysis", "event")
+
+    def __init__(self, event: ApprovalEvent) -> None:
+        self.event = event
+        self.analysis: Analysis | None = None
+
+    def __call__(self) -> Analysis:
+        if self.analysis is None:
+            self.analysis = analysis_of(self.event)
+        return self.analysis
 
 
 class Route(BaseModel):
@@ -363,7 +409,10 @@ class Policy(BaseModel):
         needs of it). A caller can make a request stricter by naming a route, never laxer.
         """
         config = config or ApprovalConfig()
-        matched = [r for r in self.rules if r.match.matches(event, config.sensitivity)]
+        shell = _Once(event)  # the command is parsed once, if a rule asks
+        matched = [
+            r for r in self.rules if r.match.matches(event, config.sensitivity, r.action, shell)
+        ]
         merged = merge_outcomes(RuleOutcome(decision=r.action, reason=_reason(r)) for r in matched)
         action: Action = "ask" if merged.decision == "none" else merged.decision
         winners = [r for r in matched if r.action == action]

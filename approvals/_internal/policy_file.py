@@ -29,6 +29,8 @@ from approvals._internal.policy import (
     Route,
     Rule,
 )
+from approvals._internal.shell.matching import CommandMatch
+from approvals._internal.shell.matching import warnings as command_warnings
 from approvals.errors import InvalidRequest
 from approvals.webhooks import CallbackPolicy
 
@@ -38,7 +40,7 @@ SUFFIXES = (".yaml", ".yml", ".toml")
 _FIELD_NAMES = sorted(
     {
         field
-        for model in (Policy, PolicyDefaults, Route, Rule, Match, CallbackPolicy)
+        for model in (Policy, PolicyDefaults, Route, Rule, Match, CallbackPolicy, CommandMatch)
         for field in model.model_fields
     }
 )
@@ -192,6 +194,17 @@ def reference_problems(policy: Policy) -> list[str]:
                     f"{at}.{field}: only an 'ask' rule takes {field}; "
                     f"this rule says {rule.action!r}"
                 )
+    return out
+
+
+def rule_warnings(policy: Policy) -> list[str]:
+    """Rules that can never (or almost never) match, one `rules[i] (name): why` each.
+    Warnings, not errors: the policy still loads."""
+    out: list[str] = []
+    for i, rule in enumerate(policy.rules):
+        match = rule.match
+        for problem in command_warnings(rule.action, match.command, match.risks, match.kind):
+            out.append(f"rules[{i}] ({rule.name}): {problem}")
     return out
 
 

@@ -636,7 +636,9 @@ def test_example_file_loads_and_says_what_it_claims() -> None:
 
     assert decide(event("Read", arguments={"file_path": "a"})) == ("allow", None, 1)
     assert decide(event(arguments={"command": "rm -rf build"})) == ("deny", None, 1)
-    assert decide(event("shell", kind="command", command="ls && rm -fr /")) == ("deny", None, 1)
+    assert decide(event(kind="command", command="ls && rm -fr /")) == ("deny", None, 1)
+    assert decide(event(kind="command", command="git status && ls | head")) == ("allow", None, 1)
+    assert decide(event(arguments={"command": "make release"}))[0] == "deny"
     assert decide(event(arguments={"command": "git push origin main"}))[0] == "deny"
     assert decide(event("mcp__stripe__create_refund")) == ("ask", "payments", 2)
     assert decide(event("Edit", agent="billing-bot")) == ("ask", "payments", 3)
@@ -656,8 +658,10 @@ def test_example_file_loads_and_says_what_it_claims() -> None:
     assert policy.on_timeout("payments", escalations=2).action == "deny"
     assert policy.on_timeout("docs").action == "approve"
     assert policy.may_name("docs", "docs-bot") and not policy.may_name("docs", "ci-agent")
-    # Named by docs-bot, a shell call is asked on docs but never approved by its timeout.
-    named = policy.evaluate(event("Bash", arguments={"command": "ls"}), requested_route="docs")
+    # Named by docs-bot, a shell call is asked on docs but never approved by its timeout (a
+    # read-only one, `ls`, is allowed at once by the read-only rule: no route at all).
+    shell_call = event("Bash", arguments={"command": "make deploy"})
+    named = policy.evaluate(shell_call, requested_route="docs")
     assert (named.route_name, named.floor) == ("docs", RouteFloor(route="default", quorum=1))
 
 
