@@ -130,9 +130,10 @@ class Doctor:
             self.add(
                 "api.tokens",
                 "warning",
-                "APPROVALS_API_TOKENS is not set: the HTTP API, the http hook and /mcp refuse "
-                "every call (503)",
-                "set APPROVALS_API_TOKENS=name:token,… (one per agent or team)",
+                "APPROVALS_API_TOKENS is not set: serve listens on 127.0.0.1 only and accepts "
+                "just its development token (it prints the export line to paste)",
+                "set APPROVALS_API_TOKENS=name:token,… (one per agent or team) to serve other "
+                "machines",
             )
 
     # -- Redis -----------------------------------------------------------------------
@@ -142,8 +143,10 @@ class Doctor:
             self.add(
                 "redis",
                 "error",
-                "no Redis answers (REDIS_URL unset, nothing on localhost:6379, no embedded one)",
-                "set REDIS_URL, or run `approval-bot serve` once to start the embedded Redis",
+                "no Redis answers (REDIS_URL unset, and no embedded server running for "
+                f"APPROVALS_DATA_DIR {self.settings.approvals_data_dir})",
+                "set REDIS_URL to the bot's Redis, or start `approval-bot serve` (it runs the "
+                "embedded one while it runs)",
             )
             return
         redis = connect(self.redis_url, client_name="approval-bot-doctor", socket_timeout=5)
