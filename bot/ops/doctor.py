@@ -499,7 +499,10 @@ class Doctor:
                 codex_home=codex_home,
             )
             for finding in report.findings:
-                self.add(f"agent.{agent}", finding.level, finding.text)
+                if finding.level == "unknown":  # not verified: never an ok
+                    self.add(f"agent.{agent}", "warning", f"cannot tell: {finding.text}")
+                else:
+                    self.add(f"agent.{agent}", finding.level, finding.text)
 
 
 def _header(headers: Any, name: str) -> str | None:
