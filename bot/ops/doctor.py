@@ -42,6 +42,7 @@ from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.connection import connect
 from bot.agents import check as setup_check
 from bot.agents.settings_files import settings_path
+from bot.cli.output import plural
 from bot.core.settings import Settings
 
 Level = Literal["ok", "warning", "error"]
@@ -110,13 +111,24 @@ class Doctor:
             )
             return None
         where = str(s.approvals_policy_file) if s.approvals_policy_file else "no policy file"
-        self.add("policy", "ok", f"{where}: {len(policy.routes)} routes, {len(policy.rules)} rules")
+        counts = f"{plural(len(policy.routes), 'route')}, {plural(len(policy.rules), 'rule')}"
+        self.add("policy", "ok", f"{where}: {counts}")
         unrouted = [n for n, r in policy.routes.items() if r.channel == UNROUTED_CHANNEL]
         if unrouted:
+            # Without Slack nothing is posted anyway (requests are decided with the CLI): a
+            # channel to set before Slack is, not a broken configuration.
+            slack = s.slack_bot_token is not None
+            which = "route" if len(unrouted) == 1 else "routes"
             self.add(
                 "policy.channels",
-                "error",
-                f"route(s) {', '.join(unrouted)} have no Slack channel: requests cannot be posted",
+                "error" if slack else "warning",
+                f"{which} {', '.join(unrouted)} {'has' if len(unrouted) == 1 else 'have'} no "
+                "Slack channel: "
+                + (
+                    "requests cannot be posted"
+                    if slack
+                    else "needed once Slack is configured (until then nothing is posted)"
+                ),
                 "set APPROVALS_DEFAULT_CHANNEL or give each route a `channel` in the policy file",
             )
         return policy
