@@ -22,12 +22,16 @@ import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from bot.agents.settings_files import HookRef, _command_args
 
-if TYPE_CHECKING:
-    from bot.agents.check import Report
+
+class Report(Protocol):
+    """Where findings go (`bot.agents.check.Report`)."""
+
+    def add(self, level: Any, text: str) -> None: ...
+
 
 #: A bot's answer to a token check: `ok`, `refused` (401/403), or why it could not be asked.
 TokenProbe = Callable[[str, str], str]
