@@ -370,64 +370,12 @@ def check_codex(
             )
     _common(report, refs, "Codex", "Bash|apply_patch|mcp__.*")
     if use_codex:
-        _check_codex_trust(report, refs, project, codex, codex_home)
+        from bot.agents.codex_app_server import check_trust
+
+        check_trust(report, refs, project, codex, codex_home)
     if here is not None:
         _reach(report, refs, project, here, {})
     return report
-
-
-def _check_codex_trust(
-    report: Report, refs: list[HookRef], project: Path, codex: str | None, codex_home: Path
-) -> None:
-    from bot.agents.codex_app_server import (
-        AppServer,
-        CodexError,
-        find_codex,
-        list_hooks,
-        manual_step,
-    )
-
-    exe = find_codex(codex)
-    if exe is None:
-        report.add(
-            "unknown",
-            "codex is not on PATH, so whether Codex trusts the hook cannot be checked; Codex "
-            "skips an untrusted hook silently (--codex /path/to/codex)",
-        )
-        return
-    try:
-        with AppServer(exe, project, codex_home) as server:
-            listed = list_hooks(server, project)["hooks"]
-    except CodexError as e:
-        report.add("unknown", f"whether Codex trusts the hook could not be checked: {e}")
-        return
-    for ref in refs:
-        found = [
-            h
-            for h in listed
-            if h.get("command") == ref.handler.get("command")
-            and isinstance(h.get("sourcePath"), str)
-            and Path(h["sourcePath"]).resolve() == ref.file.resolve()
-        ]
-        if not found:
-            report.add(
-                "error",
-                f"{ref.file}: {ref.event}: Codex does not load this hook (an untrusted project, "
-                "or a file Codex does not read), so it never runs",
-            )
-            continue
-        for hook in found:
-            status = hook.get("trustStatus")
-            if hook.get("enabled") is False:
-                report.add("error", f"{hook.get('key')}: disabled in Codex: it never runs")
-            elif status in ("trusted", "managed"):
-                report.add("ok", f"{hook.get('key')}: {status} in Codex")
-            else:
-                report.add(
-                    "error",
-                    f"{hook.get('key')}: {status} in Codex, which skips it silently and runs the "
-                    f"command. {manual_step(ref.file)}",
-                )
 
 
 def check(
