@@ -63,6 +63,17 @@ def _logging_restored() -> Iterator[None]:
     logging.getLogger("slack_sdk").setLevel(slack_level)
 
 
+@pytest.fixture(autouse=True)
+def _well_known_redis_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`localhost:6379` (used only when REDIS_URL names it; otherwise only its presence is
+    told) points at a port where nothing listens: no test touches this machine's real Redis
+    there. A test that wants a stand-in sets `redis_location.LOCALHOST` to its own server."""
+    from bot.ops import redis_location
+    from tests.support.fresh_machine import NOWHERE
+
+    monkeypatch.setattr(redis_location, "LOCALHOST", NOWHERE)
+
+
 def _reachable(url: str) -> bool:
     parsed = urlparse(url)
     try:

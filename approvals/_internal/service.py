@@ -30,7 +30,7 @@ from approvals._internal.grant_scopes import (
     call_hash,
     offered,
 )
-from approvals._internal.policy import Policy
+from approvals._internal.policy import Policy, PolicyDecision
 from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.grants import GrantStore
 from approvals._internal.store.store import ApprovalStore, CreateResult, VoteResult
@@ -71,6 +71,79 @@ class ExpiryResult:
     request_id: str
     action: Literal["expired", "approved", "escalated", "skipped"]
     request: ApprovalRequest | None = None
+
+
+def draft_request(
+    policy: Policy,
+    event: ApprovalEvent,
+    config: ApprovalConfig | None = None,
+    *,
+    now: datetime,
+    principal: str | None = None,
+    route: str | None = None,
+    requester: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    callback: Callback | None = None,
+    notify: str | None = None,
+) -> tuple[ApprovalRequest, PolicyDecision]:
+    """The request `ApprovalService.create` stores for `event`, as the policy routes it (its
+    route, channel, reviewers, quorum, deadline and what the route allows), with the policy's
+    verdict; nothing is stored (`approval-bot preview` draws it as the bot would post it).
+    `InvalidRequest` for a route the policy does not have or `principal` may not name, a
+    callback it does not allow, or an unbounded `arguments_schema`."""
+    if callback is not None:
+        policy.callbacks.check(callback)
+    # Checked here, once, so that checking a reviewer's edit against it is bounded.
+    check_arguments_schema(event.arguments_schema)
+    config = config or ApprovalConfig()
+    if route is not None and route not in policy.routes:
+        known = ", ".join(sorted(policy.routes)) or "none"
+        raise InvalidRequest(
+            f"unknown route {route[:100]!r}; the policy's routes are: {known[:1000]}",
+            details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
+        )
+    decision = policy.evaluate(event, config, requested_route=route)
+    if route is not None and not policy.may_name(route, principal):
+        if route != policy.evaluate(event, config).route_name:
+            raise InvalidRequest(
+                f"principal {principal!r} may not name route {route!r}: the policy's "
+                f"routes.{route}.callers does not list it",
+                details=[{"loc": ["route"], "msg": "route not allowed", "type": "value_error"}],
+            )
+    policy_route = decision.route
+    # What the policy says over what the caller asked (one copy, only if anything differs).
+    changes: dict[str, Any] = {}
+    if decision.sensitivity != config.sensitivity:
+        changes["sensitivity"] = decision.sensitivity
+    if decision.allow_for_session and not config.allow_for_session:
+        changes["allow_for_session"] = True
+    tool_grants = decision.allow_tool_grants
+    if config.allow_tool_grants != tool_grants:  # the route's word, never the caller's
+        changes["allow_tool_grants"] = tool_grants
+    edits = decision.allow_edits
+    if config.allow_edits != edits:  # the route's word, never the caller's
+        changes["allow_edits"] = edits
+    effective = config.model_copy(update=changes) if changes else config
+    # The route's deadline wins over the caller's: an agent must not shorten it to reach
+    # an `on_timeout: approve` sooner.
+    deadline = decision.deadline_seconds or config.deadline_seconds
+    request = ApprovalRequest(
+        event=event,
+        config=effective,
+        route=decision.route_name or "default",
+        channel=policy_route.channel if policy_route else None,
+        reviewers=tuple(policy_route.reviewers) if policy_route else (),
+        quorum=decision.quorum if decision.action == "ask" else 1,
+        requester=policy.slack_user_of(principal) or requester,
+        principal=principal,
+        requested_route=route,
+        floor=decision.floor,
+        metadata=metadata or {},
+        callback=callback,
+        notify=notify,
+        deadline_at=(now + timedelta(seconds=deadline)) if deadline else None,
+    )
+    return request, decision
 
 
 class ApprovalService:
@@ -142,10 +215,6 @@ class ApprovalService:
         The person who may not decide it (`requester`) is the Slack user the policy ties
         `principal` to; `requester` adds one for trusted in-process callers only (the HTTP
         API never takes it from a caller)."""
-        if callback is not None:
-            self.policy.callbacks.check(callback)
-        # Checked here, once, so that checking a reviewer's edit against it is bounded.
-        check_arguments_schema(event.arguments_schema)
         config = config or ApprovalConfig()
         try:
             # What the call changes in files, as diffs for reviewers (a hook's translation
@@ -156,53 +225,19 @@ class ApprovalService:
                 event = with_changes(event)
         except Exception:  # the context explains a call; it never decides one
             log.warning("call context left out tool=%s", event.tool_name, exc_info=True)
-        if route is not None and route not in self.policy.routes:
-            known = ", ".join(sorted(self.policy.routes)) or "none"
-            raise InvalidRequest(
-                f"unknown route {route[:100]!r}; the policy's routes are: {known[:1000]}",
-                details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
-            )
-        decision = self.policy.evaluate(event, config, requested_route=route)
-        if route is not None and not self.policy.may_name(route, principal):
-            if route != self.policy.evaluate(event, config).route_name:
-                raise InvalidRequest(
-                    f"principal {principal!r} may not name route {route!r}: the policy's "
-                    f"routes.{route}.callers does not list it",
-                    details=[{"loc": ["route"], "msg": "route not allowed", "type": "value_error"}],
-                )
-        policy_route = decision.route
-        # What the policy says over what the caller asked (one copy, only if anything differs).
-        changes: dict[str, Any] = {}
-        if decision.sensitivity != config.sensitivity:
-            changes["sensitivity"] = decision.sensitivity
-        if decision.allow_for_session and not config.allow_for_session:
-            changes["allow_for_session"] = True
-        tool_grants = decision.allow_tool_grants
-        if config.allow_tool_grants != tool_grants:  # the route's word, never the caller's
-            changes["allow_tool_grants"] = tool_grants
-        edits = decision.allow_edits
-        if config.allow_edits != edits:  # the route's word, never the caller's
-            changes["allow_edits"] = edits
-        effective = config.model_copy(update=changes) if changes else config
-        # The route's deadline wins over the caller's: an agent must not shorten it to reach
-        # an `on_timeout: approve` sooner.
-        deadline = decision.deadline_seconds or config.deadline_seconds
-        request = ApprovalRequest(
-            event=event,
-            config=effective,
-            route=decision.route_name or "default",
-            channel=policy_route.channel if policy_route else None,
-            reviewers=tuple(policy_route.reviewers) if policy_route else (),
-            quorum=decision.quorum if decision.action == "ask" else 1,
-            requester=self.policy.slack_user_of(principal) or requester,
+        request, decision = draft_request(
+            self.policy,
+            event,
+            config,
+            now=self.store.now(),
             principal=principal,
-            requested_route=route,
-            floor=decision.floor,
-            metadata=metadata or {},
+            route=route,
+            requester=requester,
+            metadata=metadata,
             callback=callback,
             notify=notify,
-            deadline_at=(self.store.now() + timedelta(seconds=deadline)) if deadline else None,
         )
+        effective = request.config
         # A policy allow/deny or a session grant decides at creation, in the same Lua
         # script: such a request is audited but never queued for Slack.
         verdict: Decision | None = None

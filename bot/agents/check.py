@@ -16,6 +16,13 @@ the bot is unreachable or slower than the hook), `--on-timeout ask`, a
 matcher that misses `Bash`, a PermissionRequest-only gate (never runs under
 `claude -p`), `onFailure` (not in 2.1.197's settings schema). The timeout
 rule itself lives in `bot.agents.install`.
+
+Given `Here` (what `--check` sees of the agent's environment), it also checks
+that the hook's command can start and whom it will ask (`bot.agents.hook_reach`).
+
+What cannot be verified from here (Codex's trust without `codex` on PATH, a bot
+that does not answer now) is `unknown`: the verdict is then "unknown", never
+"on" (exit 3 from `--check`; 0 on, 1 not reliably on); its lines are marked `????`.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import re
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+from bot.agents import hook_reach
 from bot.agents.settings_files import (
     AGENT_DEFAULT_TIMEOUT,
     MIN_AGENT_TIMEOUT,
@@ -43,7 +52,21 @@ from bot.agents.settings_files import (
     settings_path,
 )
 
-Level = Literal["error", "warning", "ok"]
+Level = Literal["error", "unknown", "warning", "ok"]
+Verdict = Literal["on", "off", "unknown"]
+#: `setup --check`'s exit status for each verdict.
+EXIT_CODES: dict[Verdict, int] = {"on": 0, "off": 1, "unknown": 3}
+
+
+@dataclass(frozen=True)
+class Here:
+    """What `--check` sees of where the agent runs: its environment (`PATH`, the bot's
+    variables), whether a `serve` runs an embedded Redis for the data directory, and how to
+    ask a bot whether it takes a token (`bot.agents.hook_reach`)."""
+
+    env: Mapping[str, str]
+    embedded_running: Callable[[], str | None] = lambda: None
+    probe: hook_reach.TokenProbe = hook_reach.probe_token
 
 
 @dataclass(frozen=True)
@@ -72,10 +95,25 @@ class Report:
     def warnings(self) -> list[str]:
         return [f.text for f in self.findings if f.level == "warning"]
 
+    @property
+    def unknowns(self) -> list[str]:
+        return [f.text for f in self.findings if f.level == "unknown"]
+
+    @property
+    def verdict(self) -> Verdict:
+        """`off` with any error; else `unknown` when something could not be verified."""
+        if not self.ok:
+            return "off"
+        return "unknown" if self.unknowns else "on"
+
     def render(self) -> str:
-        labels = {"error": "FAIL", "warning": "warn", "ok": "ok  "}
+        labels = {"error": "FAIL", "unknown": "????", "warning": "warn", "ok": "ok  "}
         lines = [f"{labels[f.level]} {f.text}" for f in self.findings]
-        verdict = "the gate is on" if self.ok else "the gate is NOT reliably on"
+        verdict = {
+            "on": "the gate is on",
+            "off": "the gate is NOT reliably on",
+            "unknown": "unknown: the gate may be off; what could not be checked is marked ????",
+        }[self.verdict]
         lines.append(f"{self.agent}: {verdict}")
         return "\n".join(lines)
 
@@ -212,16 +250,22 @@ def _check_on_failure(report: Report, ref: HookRef, claude: str | None) -> None:
         report.add("ok", f"{ref.file}: {ref.event}: onFailure 'block' (Claude Code {since}+)")
 
 
-def check_claude_code(project: Path, home: Path, claude: str | None = None) -> Report:
+def check_claude_code(
+    project: Path, home: Path, claude: str | None = None, *, here: Here | None = None
+) -> Report:
     """Claude Code: user, project and local settings together, as Claude Code merges them.
-    `claude`: the executable asked for its version (default: `claude` on PATH)."""
+    `claude`: the executable asked for its version (default: `claude` on PATH); `here`:
+    also check that the hook starts and has a bot to ask."""
     report = Report("claude-code")
     refs: list[HookRef] = []
+    settings_env: dict[str, str] = {}  # the settings' `env`, set for hooks too
     for scope in ("user", "project", "local"):
         path = settings_path("claude-code", scope, project, home, home)
         data = _load(report, path)
         if data is None:
             continue
+        if isinstance(data.get("env"), dict):
+            settings_env.update({k: str(v) for k, v in data["env"].items()})
         if data.get("disableAllHooks") is True:
             report.add("error", f"{path}: disableAllHooks is true: no hook runs at all")
         for ref in hook_refs(path, data, "claude-code"):
@@ -253,7 +297,18 @@ def check_claude_code(project: Path, home: Path, claude: str | None = None) -> R
             "denied there, not sent for approval); add PreToolUse for headless runs",
         )
     _common(report, refs, "Claude Code", "Bash|Edit|Write|MultiEdit|NotebookEdit|mcp__.*")
+    if here is not None:
+        _reach(report, refs, project, here, settings_env)
     return report
+
+
+def _reach(
+    report: Report, refs: list[HookRef], project: Path, here: Here, extra: Mapping[str, str]
+) -> None:
+    env = {**here.env, **extra}
+    for ref in refs:
+        hook_reach.check_command(report, ref, project, env.get("PATH"))
+    hook_reach.check_bot(report, refs, env, here.embedded_running, here.probe)
 
 
 def project_trusted(codex_home: Path, project: Path) -> bool | None:
@@ -275,7 +330,12 @@ def project_trusted(codex_home: Path, project: Path) -> bool | None:
 
 
 def check_codex(
-    project: Path, codex_home: Path, codex: str | None = None, *, use_codex: bool = True
+    project: Path,
+    codex_home: Path,
+    codex: str | None = None,
+    *,
+    use_codex: bool = True,
+    here: Here | None = None,
 ) -> Report:
     """Codex: `$CODEX_HOME/hooks.json` and the project's, plus what Codex says of their trust."""
     report = Report("codex")
@@ -304,83 +364,48 @@ def check_codex(
                 'trust_level = "trusted" (or use --scope user)',
             )
         elif trusted is None:
-            report.add("warning", f"cannot read {codex_home / 'config.toml'} to see project trust")
+            report.add(
+                "unknown",
+                f"cannot read {codex_home / 'config.toml'} to see whether Codex trusts {project}",
+            )
     _common(report, refs, "Codex", "Bash|apply_patch|mcp__.*")
     if use_codex:
-        _check_codex_trust(report, refs, project, codex, codex_home)
+        from bot.agents.codex_app_server import check_trust
+
+        check_trust(report, refs, project, codex, codex_home)
+    if here is not None:
+        _reach(report, refs, project, here, {})
     return report
 
 
-def _check_codex_trust(
-    report: Report, refs: list[HookRef], project: Path, codex: str | None, codex_home: Path
-) -> None:
-    from bot.agents.codex_app_server import (
-        AppServer,
-        CodexError,
-        find_codex,
-        list_hooks,
-        manual_step,
-    )
-
-    exe = find_codex(codex)
-    if exe is None:
-        report.add(
-            "warning",
-            "codex is not on PATH, so hook trust cannot be checked; Codex skips an untrusted "
-            "hook silently (--codex /path/to/codex)",
-        )
-        return
-    try:
-        with AppServer(exe, project, codex_home) as server:
-            listed = list_hooks(server, project)["hooks"]
-    except CodexError as e:
-        report.add("warning", f"hook trust not checked: {e}")
-        return
-    for ref in refs:
-        found = [
-            h
-            for h in listed
-            if h.get("command") == ref.handler.get("command")
-            and isinstance(h.get("sourcePath"), str)
-            and Path(h["sourcePath"]).resolve() == ref.file.resolve()
-        ]
-        if not found:
-            report.add(
-                "error",
-                f"{ref.file}: {ref.event}: Codex does not load this hook (an untrusted project, "
-                "or a file Codex does not read), so it never runs",
-            )
-            continue
-        for hook in found:
-            status = hook.get("trustStatus")
-            if hook.get("enabled") is False:
-                report.add("error", f"{hook.get('key')}: disabled in Codex: it never runs")
-            elif status in ("trusted", "managed"):
-                report.add("ok", f"{hook.get('key')}: {status} in Codex")
-            else:
-                report.add(
-                    "error",
-                    f"{hook.get('key')}: {status} in Codex, which skips it silently and runs the "
-                    f"command. {manual_step(ref.file)}",
-                )
-
-
 def check(
-    agent: Agent, *, project: Path, home: Path, codex_home: Path, codex: str | None = None
+    agent: Agent,
+    *,
+    project: Path,
+    home: Path,
+    codex_home: Path,
+    codex: str | None = None,
+    here: Here | None = None,
 ) -> Report:
     """The report for one agent (what `setup --check` prints and `doctor` may reuse)."""
     if agent == "claude-code":
-        return check_claude_code(project, home)
-    return check_codex(project, codex_home, codex)
+        return check_claude_code(project, home, here=here)
+    return check_codex(project, codex_home, codex, here=here)
 
 
-def run_check(args: argparse.Namespace, out: TextIO, *, codex_home: Path) -> int:
-    """`approval-bot setup --check`: print the findings; exit 0 when the gate is on, else 1."""
+def run_check(args: argparse.Namespace, out: TextIO, *, codex_home: Path, here: Here) -> int:
+    """`approval-bot setup --check`: print the findings; exit 0 when the gate is on, 1 when
+    it is not reliably on, 3 when something could not be verified (`EXIT_CODES`)."""
     project = Path(args.project).resolve()
     codex_home = Path(args.codex_home) if getattr(args, "codex_home", None) else codex_home
     codex = getattr(args, "codex", None)
     report = check(
-        args.agent, project=project, home=Path.home(), codex_home=codex_home, codex=codex
+        args.agent,
+        project=project,
+        home=Path.home(),
+        codex_home=codex_home,
+        codex=codex,
+        here=here,
     )
     print(report.render(), file=out)
-    return 0 if report.ok else 1
+    return EXIT_CODES[report.verdict]

@@ -8,7 +8,8 @@ compute the hash: we hand back what `hooks/list` returned, through Codex's
 own `config/batchWrite`, and only for hooks whose command and matcher are the
 ones setup just wrote. Measured on Codex 0.171.0 (`scripts/check-codex`).
 A project's `.codex/hooks.json` is not listed at all while the project is
-untrusted — the same silence Codex shows when it skips it.
+untrusted — the same silence Codex shows when it skips it. `check_trust` is
+`setup codex --check`'s part that asks the app-server.
 """
 
 from __future__ import annotations
@@ -21,10 +22,19 @@ import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
+
+if TYPE_CHECKING:
+    from bot.agents.settings_files import HookRef
 
 #: Seconds to wait for one answer from the app-server (it starts in well under a second).
 REQUEST_TIMEOUT = 20.0
+
+
+class Findings(Protocol):
+    """Where `check_trust` reports (`bot.agents.check.Report`)."""
+
+    def add(self, level: Any, text: str) -> None: ...
 
 
 class CodexError(Exception):
@@ -224,3 +234,51 @@ def trust_our_hooks(
     keys = ", ".join(h["key"] for h in mine)
     print(f"Codex trusts the hook ({keys}).", file=out)
     return 0
+
+
+def check_trust(
+    report: Findings, refs: list[HookRef], project: Path, codex: str | None, codex_home: Path
+) -> None:
+    """`setup --check` for Codex: is each of our hooks loaded, enabled and trusted? Codex
+    skips an untrusted one silently; what cannot be asked (no codex) is `unknown`."""
+    exe = find_codex(codex)
+    if exe is None:
+        report.add(
+            "unknown",
+            "codex is not on PATH, so whether Codex trusts the hook cannot be checked; Codex "
+            "skips an untrusted hook silently (--codex /path/to/codex)",
+        )
+        return
+    try:
+        with AppServer(exe, project, codex_home) as server:
+            listed = list_hooks(server, project)["hooks"]
+    except CodexError as e:
+        report.add("unknown", f"whether Codex trusts the hook could not be checked: {e}")
+        return
+    for ref in refs:
+        found = [
+            h
+            for h in listed
+            if h.get("command") == ref.handler.get("command")
+            and isinstance(h.get("sourcePath"), str)
+            and Path(h["sourcePath"]).resolve() == ref.file.resolve()
+        ]
+        if not found:
+            report.add(
+                "error",
+                f"{ref.file}: {ref.event}: Codex does not load this hook (an untrusted project, "
+                "or a file Codex does not read), so it never runs",
+            )
+            continue
+        for hook in found:
+            status = hook.get("trustStatus")
+            if hook.get("enabled") is False:
+                report.add("error", f"{hook.get('key')}: disabled in Codex: it never runs")
+            elif status in ("trusted", "managed"):
+                report.add("ok", f"{hook.get('key')}: {status} in Codex")
+            else:
+                report.add(
+                    "error",
+                    f"{hook.get('key')}: {status} in Codex, which skips it silently and runs the "
+                    f"command. {manual_step(ref.file)}",
+                )

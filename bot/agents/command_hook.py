@@ -328,6 +328,9 @@ def answer(
         from bot.core.settings import load_settings
 
         settings = load_settings(env)
+        if unconfigured(settings):
+            print(f"approval-bot hook: {NOT_CONFIGURED}; denied", file=stderr)
+            return deny(body.shape, f"Approval hook is not configured: {NOT_CONFIGURED}.")
         make_client = lambda: open_client(settings)  # noqa: E731
     except SettingsError as e:
         problems = "; ".join(e.problems)
@@ -359,6 +362,24 @@ def with_context(
     if context is None:
         return body
     return replace(body, payload={**payload, CONTEXT_FIELD: context})
+
+
+#: What to set when the hook finds no bot at all (one line, on stderr and in the deny).
+NOT_CONFIGURED = (
+    "no approval bot to ask: set APPROVALS_URL and APPROVALS_TOKEN (the export line "
+    "`approval-bot serve` prints) where the agent runs, or REDIS_URL"
+)
+
+
+def unconfigured(settings: Any) -> bool:
+    """No bot URL, no REDIS_URL and no embedded server running in the data directory: the
+    hook has nobody to ask (and never looks for a Redis that REDIS_URL does not name)."""
+    if settings.approvals_url or settings.redis_url:
+        return False
+    from bot.ops import embedded_redis, redis_location
+
+    directory = redis_location.server_dir(settings.approvals_data_dir)
+    return embedded_redis.recorded_url(directory) is None
 
 
 def bot_timeout(budget: float) -> float:

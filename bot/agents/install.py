@@ -42,7 +42,7 @@ def add_arguments(sub: Any) -> None:
         "setup",
         help="write the agent's hook settings (or --check them)",
         description="Write approval-bot's hook into Claude Code's or Codex's settings, merged "
-        "with what is there. The bot waits 10%% less than the hook timeout (5 to 30 s less), so "
+        "with what is there. The bot waits 10% less than the hook timeout (5 to 30 s less), so "
         "it always answers before the agent gives up on the hook.",
     )
     agents = p.add_subparsers(dest="agent", required=True, metavar="AGENT")
@@ -106,7 +106,10 @@ def add_arguments(sub: Any) -> None:
         )
         a.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
         a.add_argument(
-            "--check", action="store_true", help="read the settings and report fail-open gaps"
+            "--check",
+            action="store_true",
+            help="read the settings and report fail-open gaps (exit 0: the gate is on; 1: it is "
+            "not reliably on; 3: unknown, something could not be checked)",
         )
         if agent == "codex":
             a.add_argument(

@@ -20,9 +20,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.check:
-        from bot.agents.check import run_check
+        from bot.agents.check import Here, run_check
+        from bot.core.environment import environment
+        from bot.ops import embedded_redis, redis_location
 
-        return run_check(args, sys.stdout, codex_home=settings.codex_home_or_default)
+        def embedded_running() -> str | None:
+            directory = redis_location.server_dir(settings.approvals_data_dir)
+            return embedded_redis.recorded_url(directory)
+
+        here = Here(environment(), embedded_running)
+        return run_check(args, sys.stdout, codex_home=settings.codex_home_or_default, here=here)
     from bot.agents.install import run_setup
 
     return run_setup(

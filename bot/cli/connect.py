@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REDIS_NEEDED = (
-    "pending, show, approve, deny and audit need the bot's Redis: start `approval-bot serve`, "
-    "or set REDIS_URL (and APPROVALS_PREFIX) to the bot's"
+    "pending, show, approve, deny and audit need the bot's Redis: start `approval-bot serve` "
+    "(with the same APPROVALS_DATA_DIR), or set REDIS_URL (and APPROVALS_PREFIX, if the bot "
+    "has one) to the Redis the bot uses"
 )
 
 
@@ -66,8 +67,8 @@ def policy_for(settings: Settings) -> Policy:
 
 
 def locate_redis(settings: Settings) -> redis_location.Located:
-    """REDIS_URL; else localhost:6379 if it answers; else the embedded server that
-    `approval-bot serve` runs with its data in APPROVALS_DATA_DIR (from any directory)."""
+    """REDIS_URL; else the embedded server that `approval-bot serve` runs with its data in
+    APPROVALS_DATA_DIR (from any directory). Never a Redis REDIS_URL does not name."""
     from bot.ops import redis_location
 
     return redis_location.for_cli(settings.redis_url, settings.approvals_data_dir)

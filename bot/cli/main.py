@@ -21,6 +21,7 @@ from typing import Any
 GROUPS = (
     "serve",
     "requests",
+    "preview",
     "policy",
     "mcp",
     "hook",

@@ -22,7 +22,7 @@ import getpass
 import json
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bot.cli.connect import CliError, on_store, open_client, policy_for, run_async
 from bot.cli.durations import duration, positive_duration
@@ -30,6 +30,8 @@ from bot.cli.output import ago, block, clip, table, terminal
 
 # Imported when a command runs: building the CLI's parser stays cheap.
 if TYPE_CHECKING:
+    import asyncio
+
     from pydantic import ValidationError
 
     from approvals._internal.service import Actor
@@ -111,7 +113,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--wait",
         type=duration,
-        help="seconds to wait (default: until decided); Ctrl-C withdraws the request",
+        help="seconds to wait (default: until decided); Ctrl-C, SIGTERM or SIGHUP withdraws "
+        "the request (exit 130, 143, 129)",
     )
     p.add_argument("--json", action="store_true", help="print the approval object")
     for name in ("pending", "show", "approve", "deny", "audit", "request"):
@@ -398,18 +401,75 @@ def request_problems(error: ValidationError) -> list[str]:
     return lines
 
 
-async def withdraw(client: ApprovalClient, request_id: str) -> None:
+async def withdraw(client: ApprovalClient, request_id: str, why: str = "Ctrl-C") -> None:
     """Cancel a request its requester stopped waiting for (its Slack message says so)."""
     import asyncio
 
     try:
         await asyncio.wait_for(
-            client.cancel(request_id, reason="the requester stopped waiting (Ctrl-C)"), 5
+            client.cancel(request_id, reason=f"the requester stopped waiting ({why})"), 5
         )
     except Exception as e:
         print(f"could not withdraw {request_id}: {e}", file=sys.stderr)
     else:
         print(f"withdrew {request_id}", file=sys.stderr)
+
+
+class StopSignals:
+    """SIGTERM and SIGHUP (what `timeout`, CI runners and a closed terminal send) end a
+    `request` as Ctrl-C does: the request it waits on is withdrawn, not left pending until
+    its deadline. A signal that comes while the request is still being made is held until
+    it exists (`cancel_on_signal`), so it can be withdrawn too. Where the loop cannot take
+    signals (not the main thread), nothing changes."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        import signal
+
+        self.signal: signal.Signals | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._armed = False
+        self._handled: list[signal.Signals] = []
+
+    def __enter__(self) -> StopSignals:
+        import asyncio
+        import contextlib
+        import signal
+
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            for name in self.SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    loop.add_signal_handler(sig, self._received, sig)
+                    self._handled.append(sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for sig in self._handled:
+            loop.remove_signal_handler(sig)
+
+    def _received(self, sig: Any) -> None:
+        if self.signal is None:
+            self.signal = sig
+            if self._armed and self._task is not None:
+                self._task.cancel()
+
+    def cancel_on_signal(self) -> None:
+        """From now on a signal cancels the task; one already received cancels it now."""
+        self._armed = True
+        if self.signal is not None and self._task is not None:
+            self._task.cancel()
+
+    def uncancel(self) -> None:
+        """The cancellation a signal caused is handled: the command returns normally."""
+        if self._task is not None:
+            self._task.uncancel()
 
 
 async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
@@ -451,28 +511,39 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
         problems += request_problems(e)
     if problems:
         raise CliError("invalid request:\n" + "\n".join(problems))
-    approval = await client.request(
-        args.tool,
-        arguments,
-        config=config,
-        call_id=args.call_id,
-        session_id=args.session_id,
-        agent=args.agent,
-        route=args.route,
-    )
-    if approval.is_pending:
-        print(f"waiting for a decision on {approval.id} … (Ctrl-C withdraws it)", file=sys.stderr)
-        try:
-            approval = await client.wait(approval.id, args.wait)
-        except asyncio.CancelledError:  # Ctrl-C: nobody waits for the answer any more
-            await withdraw(client, approval.id)
-            raise
-        except ApprovalTimeout as e:
+    with StopSignals() as stopping:
+        approval = await client.request(
+            args.tool,
+            arguments,
+            config=config,
+            call_id=args.call_id,
+            session_id=args.session_id,
+            agent=args.agent,
+            route=args.route,
+        )
+        if approval.is_pending:
             print(
-                f"timeout: {e.message} (still pending: approval-bot show {approval.id})",
+                f"waiting for a decision on {approval.id} … (Ctrl-C withdraws it)",
                 file=sys.stderr,
             )
-            return 2
+            try:
+                stopping.cancel_on_signal()  # a signal during the submit cancels now
+                approval = await client.wait(approval.id, args.wait)
+            except asyncio.CancelledError:  # Ctrl-C or a signal: nobody waits any more
+                if stopping.signal is None:
+                    await withdraw(client, approval.id)
+                    raise
+                await withdraw(client, approval.id, stopping.signal.name)
+                stopping.uncancel()
+                return 128 + stopping.signal.value
+            except ApprovalTimeout as e:
+                print(
+                    f"timeout: {e.message} (still pending: approval-bot show {approval.id})",
+                    file=sys.stderr,
+                )
+                return 2
+        elif stopping.signal is not None:  # decided at once, but the caller is gone
+            return 128 + stopping.signal.value
     if args.json:
         print(block(json.dumps(approval.model_dump(mode="json"), ensure_ascii=False)), file=out)
     else:

@@ -15,8 +15,39 @@ if TYPE_CHECKING:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="run the bot: Slack, HTTP API, dispatcher, sweeper")
+    p = sub.add_parser(
+        "serve",
+        help="run the bot: Slack, HTTP API, dispatcher, sweeper",
+        description="Run the bot in this process until SIGINT or SIGTERM (SIGHUP reloads the\n"
+        "policy file). It takes no options: environment variables configure it (and\n"
+        "the dotenv file APPROVALS_ENV_FILE names, under them).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.set_defaults(run=run)
+
+    def format_help() -> str:  # the settings (pydantic) load only when the help is asked for
+        from bot.core.settings import VARIABLES  # the one list: every variable Settings reads
+
+        p.epilog = serve_epilog(VARIABLES)
+        return argparse.ArgumentParser.format_help(p)
+
+    p.format_help = format_help
+
+
+def serve_epilog(variables: tuple[str, ...]) -> str:
+    """`serve --help`'s list of the environment variables, and what a bare start does."""
+    import textwrap
+
+    listed = textwrap.fill(", ".join((*variables, "APPROVALS_ENV_FILE")), 76)
+    return (
+        "environment variables (the README's Configuration section says what each does):\n"
+        f"{textwrap.indent(listed, '  ')}\n\n"
+        "With none set: the embedded Redis of APPROVALS_DATA_DIR (a Redis on localhost:6379\n"
+        "is used only when REDIS_URL names it), no Slack (decide with `approval-bot\n"
+        "approve`), and, without APPROVALS_API_TOKENS, it listens on 127.0.0.1 only and\n"
+        "prints `export APPROVALS_URL=… APPROVALS_TOKEN=…` (a development token) to paste\n"
+        "in the shell the agent runs in."
+    )
 
 
 def event_loop_factory() -> Callable[[], Any] | None:

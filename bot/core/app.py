@@ -40,7 +40,7 @@ from approvals._internal.store.store import ApprovalStore
 from approvals._internal.store.waiting import Waiter
 from bot.core.context import BotContext
 from bot.core.shutdown import Drained, unless_draining
-from bot.http import api
+from bot.http import api, dev_token
 from bot.http.connections import (
     CONNECTION_GUARD,
     ConnectionGuard,
@@ -85,7 +85,8 @@ class BotConfig:
 
     redis_url: str
     prefix: str = "approvals"
-    host: str = "0.0.0.0"
+    #: Any other than loopback needs API tokens (`Bot.start` refuses it without).
+    host: str = dev_token.LOOPBACK
     port: int = 3000
     # Secrets stay out of the repr (a logged or printed config must not show them).
     slack_bot_token: str | None = field(default=None, repr=False)
@@ -211,6 +212,11 @@ class Bot:
             self.listeners = listeners.register(self.bolt, self.ctx)
         # In Socket Mode, interactions arrive over the socket: the HTTP endpoint (which then
         # has no signing secret to check) must not accept any.
+        if not cfg.api_tokens and not cfg.admin_tokens and not dev_token.is_loopback(cfg.host):
+            raise StartError(
+                f"refusing to listen on {cfg.host} without API tokens: set APPROVALS_API_TOKENS "
+                "(without it, serve listens on 127.0.0.1 with a development token)"
+            )
         self.web = build_web_app(
             self.ctx,
             None if cfg.slack_app_token else self.bolt,
@@ -469,7 +475,7 @@ async def serve(
 ) -> None:
     """`approval-bot serve`: run until SIGINT/SIGTERM (or `stop` is set); SIGHUP reloads
     the policy file; `started()` is called once the bot serves (the CLI tunes the GC then).
-    With no REDIS_URL and nothing on localhost:6379 it uses the embedded Redis of
+    With no REDIS_URL it uses the embedded Redis of
     APPROVALS_DATA_DIR (`bot.ops.embedded_redis.open_shared`: started here, or shared with the
     serve that runs it, and taken over if that one ends).
 
@@ -481,15 +487,9 @@ async def serve(
         redis_url = settings.redis_url
         if redis_url is not None:
             log.info("redis %s (REDIS_URL), not embedded", redis_location.describe(redis_url))
-        elif embedded_redis.answers(redis_location.LOCALHOST):
-            redis_url = redis_location.LOCALHOST
-            log.info(
-                "redis %s (REDIS_URL is not set and something answers there), not embedded",
-                redis_location.describe(redis_url),
-            )
         else:
             # Started on this (the loop's) thread: the server dies with the thread that
-            # started it.
+            # started it. A Redis on localhost:6379 is not used unless REDIS_URL names it.
             directory = redis_location.server_dir(settings.approvals_data_dir)
             try:
                 embedded = await unless_draining(stop, embedded_redis.open_shared_async(directory))
@@ -499,9 +499,8 @@ async def serve(
             redis_url = embedded.url
             if embedded.owner:
                 log.warning(
-                    "redis %s, embedded: REDIS_URL is not set and nothing answers on "
-                    "localhost:6379, so this serve started one with its data in %s "
-                    "(append-only file on)",
+                    "redis %s, embedded: REDIS_URL is not set, so this serve started one with "
+                    "its data in %s (append-only file on)",
                     redis_location.describe(redis_url),
                     embedded.data_dir,
                 )
@@ -512,6 +511,9 @@ async def serve(
                     embedded_redis.lock_holder(embedded.data_dir) or "?",
                     embedded.data_dir,
                 )
+            hint = redis_location.localhost_hint()
+            if hint:
+                log.warning("%s; before 0.2.0 serve used it", hint)
         keeper = (
             asyncio.create_task(_keep_embedded(embedded))
             if embedded is not None and not embedded.owner
@@ -556,28 +558,44 @@ async def _keep_embedded(embedded: embedded_redis.SharedServer, every: float = 1
             )
 
 
-async def _serve(
-    settings: Any, redis_url: str, stop: asyncio.Event, started: Callable[[], None] | None
-) -> None:
+def serve_config(settings: Any, redis_url: str) -> tuple[BotConfig, str | None]:
+    """The bot's plain values from the settings, and the development token when no API token
+    is set: then it listens on loopback only and accepts that token (`bot.http.dev_token`);
+    with tokens, on every interface."""
+
     def secret(value: Any) -> str | None:
         return value.get_secret_value() if value is not None else None
 
+    api_tokens = tuple(t.get_secret_value() for t in settings.approvals_api_tokens)
+    admin_tokens = tuple(t.get_secret_value() for t in settings.approvals_admin_tokens)
+    dev = None
+    if not api_tokens and not admin_tokens:
+        dev = dev_token.load_or_create(settings.approvals_data_dir)
+        api_tokens = (f"{dev_token.PRINCIPAL}:{dev}",)
     config = BotConfig(
         redis_url=redis_url,
         prefix=settings.approvals_prefix,
+        host=dev_token.LOOPBACK if dev is not None else "0.0.0.0",
         port=settings.port,
         slack_bot_token=secret(settings.slack_bot_token),
         slack_signing_secret=secret(settings.slack_signing_secret),
         slack_app_token=secret(settings.slack_app_token),
         slack_api_url=settings.slack_api_url,
-        api_tokens=tuple(t.get_secret_value() for t in settings.approvals_api_tokens),
-        admin_tokens=tuple(t.get_secret_value() for t in settings.approvals_admin_tokens),
+        api_tokens=api_tokens,
+        admin_tokens=admin_tokens,
         default_channel=settings.approvals_default_channel,
         reviewers=tuple(settings.approvals_reviewers),
         policy_file=settings.approvals_policy_file,
         dispatcher=DispatcherOptions(pacing=settings.approvals_slack_pacing),
         shutdown_grace=settings.approvals_shutdown_grace,
     )
+    return config, dev
+
+
+async def _serve(
+    settings: Any, redis_url: str, stop: asyncio.Event, started: Callable[[], None] | None
+) -> None:
+    config, dev = serve_config(settings, redis_url)
     if not config.slack_enabled:
         log.warning(
             "Slack is not configured: requests are stored but not posted. Set "
@@ -585,8 +603,13 @@ async def _serve(
             "Mode) — see README 'Slack app setup'. Decide meanwhile with "
             "`approval-bot pending` / `approval-bot approve ID`."
         )
-    if not config.api_tokens:
-        log.warning("APPROVALS_API_TOKENS is empty: the HTTP API answers 503 until it is set")
+    if dev is not None:
+        log.warning(
+            "APPROVALS_API_TOKENS is not set: listening on %s only, with the development token "
+            "kept in %s (set APPROVALS_API_TOKENS to listen on every interface)",
+            dev_token.LOOPBACK,
+            dev_token.path(settings.approvals_data_dir),
+        )
     bot = Bot(config)
     loop = asyncio.get_running_loop()
     reloads = False
@@ -597,6 +620,8 @@ async def _serve(
         if not await wait_for_redis(config.redis_url, stop):
             return  # told to stop while Redis was still away
         await bot.start()
+        if dev is not None:  # the one line to paste in another shell (stdout, not the log)
+            print(dev_token.export_line(bot.port or config.port, dev), flush=True)
         if started is not None:
             started()
         await stop.wait()

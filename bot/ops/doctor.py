@@ -42,6 +42,7 @@ from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.connection import connect
 from bot.agents import check as setup_check
 from bot.agents.settings_files import settings_path
+from bot.cli.output import plural
 from bot.core.settings import Settings
 
 Level = Literal["ok", "warning", "error"]
@@ -110,13 +111,24 @@ class Doctor:
             )
             return None
         where = str(s.approvals_policy_file) if s.approvals_policy_file else "no policy file"
-        self.add("policy", "ok", f"{where}: {len(policy.routes)} routes, {len(policy.rules)} rules")
+        counts = f"{plural(len(policy.routes), 'route')}, {plural(len(policy.rules), 'rule')}"
+        self.add("policy", "ok", f"{where}: {counts}")
         unrouted = [n for n, r in policy.routes.items() if r.channel == UNROUTED_CHANNEL]
         if unrouted:
+            # Without Slack nothing is posted anyway (requests are decided with the CLI): a
+            # channel to set before Slack is, not a broken configuration.
+            slack = s.slack_bot_token is not None
+            which = "route" if len(unrouted) == 1 else "routes"
             self.add(
                 "policy.channels",
-                "error",
-                f"route(s) {', '.join(unrouted)} have no Slack channel: requests cannot be posted",
+                "error" if slack else "warning",
+                f"{which} {', '.join(unrouted)} {'has' if len(unrouted) == 1 else 'have'} no "
+                "Slack channel: "
+                + (
+                    "requests cannot be posted"
+                    if slack
+                    else "needed once Slack is configured (until then nothing is posted)"
+                ),
                 "set APPROVALS_DEFAULT_CHANNEL or give each route a `channel` in the policy file",
             )
         return policy
@@ -130,9 +142,10 @@ class Doctor:
             self.add(
                 "api.tokens",
                 "warning",
-                "APPROVALS_API_TOKENS is not set: the HTTP API, the http hook and /mcp refuse "
-                "every call (503)",
-                "set APPROVALS_API_TOKENS=name:token,… (one per agent or team)",
+                "APPROVALS_API_TOKENS is not set: serve listens on 127.0.0.1 only and accepts "
+                "just its development token (it prints the export line to paste)",
+                "set APPROVALS_API_TOKENS=name:token,… (one per agent or team) to serve other "
+                "machines",
             )
 
     # -- Redis -----------------------------------------------------------------------
@@ -142,8 +155,10 @@ class Doctor:
             self.add(
                 "redis",
                 "error",
-                "no Redis answers (REDIS_URL unset, nothing on localhost:6379, no embedded one)",
-                "set REDIS_URL, or run `approval-bot serve` once to start the embedded Redis",
+                "no Redis answers (REDIS_URL unset, and no embedded server running for "
+                f"APPROVALS_DATA_DIR {self.settings.approvals_data_dir})",
+                "set REDIS_URL to the bot's Redis, or start `approval-bot serve` (it runs the "
+                "embedded one while it runs)",
             )
             return
         redis = connect(self.redis_url, client_name="approval-bot-doctor", socket_timeout=5)
@@ -496,7 +511,10 @@ class Doctor:
                 codex_home=codex_home,
             )
             for finding in report.findings:
-                self.add(f"agent.{agent}", finding.level, finding.text)
+                if finding.level == "unknown":  # not verified: never an ok
+                    self.add(f"agent.{agent}", "warning", f"cannot tell: {finding.text}")
+                else:
+                    self.add(f"agent.{agent}", finding.level, finding.text)
 
 
 def _header(headers: Any, name: str) -> str | None:

@@ -1,9 +1,13 @@
-"""Which Redis `serve` and the CLI use, and how a log or error line names it.
+"""Which Redis `serve`, the CLI and the command hook use, and how a log or error line names it.
 
-In order: `REDIS_URL` when set; else `localhost:6379` when something answers
-there; else the embedded server of the data directory (`serve` starts or
-shares it, `bot.ops.embedded_redis`; the CLI finds it through the address the
-server recorded). A description never shows a password.
+`REDIS_URL` when set; else the embedded server of the data directory
+(`APPROVALS_DATA_DIR`: `serve` starts or shares it, `bot.ops.embedded_redis`;
+the CLI and the hook find it through the address the server recorded). A Redis
+that happens to answer on `localhost:6379` is never used unless `REDIS_URL`
+names it: another program's Redis is not ours to write to. Its presence is only
+told (a TCP connect, no command sent) in `serve`'s log and the CLI's "cannot
+reach" line, for those who relied on it before 0.2.0. A description never shows
+a password.
 """
 
 from __future__ import annotations
@@ -14,7 +18,20 @@ from urllib.parse import unquote, urlsplit
 
 from bot.ops import embedded_redis
 
+#: The well-known address that is used only when REDIS_URL names it (tests point it at a
+#: stand-in server of their own, never at the real one).
 LOCALHOST = "redis://localhost:6379/0"
+
+
+def localhost_hint() -> str | None:
+    """A line for whoever relied on the bot using `localhost:6379` without REDIS_URL (before
+    0.2.0), when something answers there; None otherwise. Connects, sends nothing."""
+    if not embedded_redis.answers(LOCALHOST, 0.5):
+        return None
+    return (
+        f"a Redis answers on {describe(LOCALHOST).removesuffix(' db 0')} but is not used "
+        f"without REDIS_URL (set REDIS_URL={LOCALHOST} to use it)"
+    )
 
 
 def describe(url: str) -> str:
@@ -40,7 +57,7 @@ class Located:
     """The URL to use, where it came from, and what was tried (for a "cannot reach" line)."""
 
     url: str
-    source: str  # "REDIS_URL" | "localhost" | "embedded" | "nothing"
+    source: str  # "REDIS_URL" | "embedded" | "nothing"
     tried: tuple[str, ...]
 
     def cannot_reach(self) -> str:
@@ -49,13 +66,10 @@ class Located:
 
 
 def for_cli(redis_url: str | None, data_dir: str | Path) -> Located:
-    """The Redis a CLI command should use (see the module docstring)."""
+    """The Redis a CLI command or a hook should use (see the module docstring)."""
     if redis_url:
         return Located(redis_url, "REDIS_URL", (f"REDIS_URL ({describe(redis_url)})",))
     tried = ["REDIS_URL (not set)"]
-    if embedded_redis.answers(LOCALHOST):
-        return Located(LOCALHOST, "localhost", tuple(tried))
-    tried.append("localhost:6379 (nothing answers)")
     directory = server_dir(data_dir)
     recorded = embedded_redis.recorded_address(directory)
     if recorded and embedded_redis.answers(recorded):
@@ -68,4 +82,7 @@ def for_cli(redis_url: str | None, data_dir: str | Path) -> Located:
             f"the embedded server of {directory} (no address recorded: is `approval-bot "
             "serve` running with this APPROVALS_DATA_DIR?)"
         )
+    hint = localhost_hint()
+    if hint:
+        tried.append(hint)
     return Located(LOCALHOST, "nothing", tuple(tried))

@@ -1,21 +1,22 @@
-"""`python -m tests.support.fresh_machine ARGS…`: `approval-bot ARGS…` as on a fresh machine,
-where nothing answers on localhost:6379 (this one may have a Redis there), so `serve` uses
-its embedded server. For tests that need a real `serve` process (kill -9, signals)."""
+"""`python -m tests.support.fresh_machine ARGS…`: `approval-bot ARGS…` with the well-known
+Redis address (`bot.ops.redis_location.LOCALHOST`, localhost:6379, used only when REDIS_URL
+names it) pointed away from this machine's real one: at `STAND_IN_VARIABLE`'s URL when set
+(a test's own stand-in server, to see that nothing is written there), else at a port where
+nothing listens. For tests that need a real `serve` (or CLI, or hook) process."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from bot.ops import embedded_redis
+from bot.ops import redis_location
 
-_answers = embedded_redis.answers
+#: The environment variable naming the stand-in for localhost:6379 (a redis:// URL).
+STAND_IN_VARIABLE = "APPROVALS_TEST_LOCALHOST_REDIS"
+#: Nothing listens on port 1 of loopback: a connect is refused at once.
+NOWHERE = "redis://127.0.0.1:1/0"
 
-
-def _nothing_on_localhost(url: str, timeout: float = 1.0) -> bool:
-    return not url.endswith("localhost:6379/0") and _answers(url, timeout)
-
-
-embedded_redis.answers = _nothing_on_localhost
+redis_location.LOCALHOST = os.environ.get(STAND_IN_VARIABLE) or NOWHERE
 
 if __name__ == "__main__":
     from bot.cli.main import main

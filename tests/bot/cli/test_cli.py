@@ -613,7 +613,12 @@ async def test_unreachable_redis_says_so(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, "one line"
     assert "cannot reach Redis: tried REDIS_URL (127.0.0.1:1 db 0)" in err
-    assert "need the bot's Redis: start `approval-bot serve`, or set REDIS_URL" in err
+    assert (
+        "need the bot's Redis: start `approval-bot serve` (with the same APPROVALS_DATA_DIR)" in err
+    )
+    assert err.endswith(
+        "or set REDIS_URL (and APPROVALS_PREFIX, if the bot has one) to the Redis the bot uses\n"
+    )
 
 
 def test_serve_reports_settings_errors_and_runs_the_app(

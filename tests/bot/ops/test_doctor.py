@@ -270,3 +270,25 @@ def test_render_names_the_fix() -> None:
     )
     assert "ok    redis: reachable" in text and "ERROR clock: off" in text
     assert "fix: run NTP" in text and "1 error(s), 0 warning(s)" in text
+
+
+async def test_without_slack_a_route_with_no_channel_is_a_warning_not_an_error(
+    good_redis: str, tmp_path: Path
+) -> None:
+    """Trying the bot without Slack (no SLACK_*, no APPROVALS_DEFAULT_CHANNEL): nothing is
+    posted, so the missing channel is something to set later, not a failure (exit 0)."""
+    found = await diagnose({"REDIS_URL": good_redis, "HOME": "/nonexistent"}, tmp_path)
+    assert found["slack"].level == "warning"
+    assert found["policy.channels"].level == "warning"
+    assert found["policy.channels"].message.startswith("route default has no Slack channel")
+    assert "needed once Slack is configured" in found["policy.channels"].message
+    assert found["policy"].message == "no policy file: 1 route, 0 rules"
+    assert not any(c.level == "error" for c in found.values()), found
+
+
+async def test_with_slack_a_route_with_no_channel_is_an_error(
+    emulator: SlackEmulator, good_redis: str, tmp_path: Path
+) -> None:
+    found = await diagnose(env(emulator, good_redis, APPROVALS_DEFAULT_CHANNEL=""), tmp_path)
+    assert found["policy.channels"].level == "error"
+    assert "requests cannot be posted" in found["policy.channels"].message
