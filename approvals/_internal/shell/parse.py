@@ -117,7 +117,10 @@ def parse_script(text: str, budget: Budget, context: tuple[str, ...] = ()) -> Sc
     root = tree.root_node
     if root.has_error:
         script.problem(f"does not parse as a shell command ({_error_at(root, source)})")
-    _Walk(source, script, budget).run(root, _Ctx(context=context))
+    walk = _Walk(source, script, budget)
+    walk.run(root, _Ctx(context=context))
+    if walk.reader.misread:
+        script.problem("a word runs across a line break: the parser misread the command")
     return script
 
 
@@ -250,6 +253,20 @@ class _Walk:
         bodies = [c for c in node.named_children if c.type not in _REDIRECTS]
         if body is not None and body not in bodies:
             bodies.insert(0, body)
+        if not bodies and self.budget.commands > 0:
+            # Redirections alone (`> f`, `;<f`): bash runs them as the null command `:`,
+            # which creates or truncates the files written.
+            self.budget.commands -= 1
+            self.script.commands.append(
+                RawCommand(
+                    words=[Word(":")],
+                    source=self.text(node),
+                    context=ctx.context,
+                    stdin=stdin,
+                    stdin_text=stdin_text,
+                    redirects=redirects,
+                )
+            )
         return [(b, inner_ctx) for b in bodies] + out
 
     def redirect(

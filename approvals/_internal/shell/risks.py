@@ -227,15 +227,16 @@ def _command_risks(c: SimpleCommand, here: str | None, cwd: str | None) -> Itera
         spec = WRAPPERS.get(wrapper.split()[0])
         if spec is not None and spec.privileged:
             yield Risk("privilege", f"{program} runs as another user via {wrapper}")
+    writer = "a redirection" if program == ":" else program  # `> f` alone runs as `:`
     for target in write_targets(c):
         path = _resolve(target, here)
         if path is None:
             continue
         if _sensitive(path):
-            yield Risk("writes_sensitive_path", f"{program} writes {target.text}")
+            yield Risk("writes_sensitive_path", f"{writer} writes {target.text}")
         if _outside(path, cwd):
             where = f"outside {cwd}" if cwd else "outside the working directory"
-            yield Risk("writes_outside_cwd", f"{program} writes {target.text} ({where})")
+            yield Risk("writes_outside_cwd", f"{writer} writes {target.text} ({where})")
     yield from _credential_risks(c)
     yield from _permission_risks(c)
     yield from _tool_risks(c)

@@ -42,6 +42,10 @@ class WordReader:
     def __init__(self, source: bytes, max_depth: int) -> None:
         self.source = source
         self.max_depth = max_depth
+        #: An unquoted word held a line break: tree-sitter-bash read `ls \<newline>\\rm
+        #: -rf /` as `ls` with the argument `<newline>rm`, where bash ends the command at the
+        #: line break and runs `rm`. The parse cannot be trusted (`parse_script` says so).
+        self.misread = False
 
     def text(self, node: tree_sitter.Node) -> str:
         return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
@@ -70,7 +74,10 @@ class WordReader:
             raise TooDeep
         kind = node.type
         if kind in ("word", "number"):
-            return unquoted_parts(self.text(node)), True
+            text = self.text(node)
+            if "\n" in text and "\n" in _CONTINUATIONS.sub("", text):
+                self.misread = True
+            return unquoted_parts(text), True
         if kind == "raw_string":
             return [(self.text(node)[1:-1], False)], True
         if kind == "ansi_c_string":

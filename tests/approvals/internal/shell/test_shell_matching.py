@@ -10,6 +10,7 @@ import pytest
 
 from approvals._internal.policy import Policy
 from approvals._internal.policy_file import PolicyError, parse_policy, rule_warnings
+from approvals._internal.shell import view
 from approvals.models import ApprovalEvent
 
 
@@ -127,6 +128,7 @@ def test_an_analysis_failure_is_asked_never_allowed(monkeypatch: pytest.MonkeyPa
         raise RuntimeError("planted")
 
     monkeypatch.setattr("approvals._internal.shell.normalise.read", broken)
+    view._cached.cache_clear()  # `ls -la` parsed by an earlier test would not be again
     p = policy(rule("allow", command={"read_only": True}), rule("ask", command={"program": "x"}))
     decision = p.evaluate(bash("ls -la"))
     assert decision.action == "ask"

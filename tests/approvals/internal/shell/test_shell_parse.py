@@ -92,6 +92,30 @@ def test_redirections_and_input() -> None:
     assert all(r.target and r.target.text == "out" for c in grouped.commands for r in c.redirects)
 
 
+def test_redirections_alone_are_the_null_command_writing_their_files() -> None:
+    """`ls; > /etc/passwd` truncates /etc/passwd: bash runs the redirection alone as `:`. Found
+    in issue 33's grants work: the walk dropped it, and the read-only rule allowed the line."""
+    ls, null = analyse("ls; > /etc/passwd").commands
+    assert ls.program == "ls" and null.program == ":"
+    assert [(r.op, r.target.text if r.target else None) for r in null.redirects] == [
+        (">", "/etc/passwd")
+    ]
+    (reader,) = analyse("<in.txt").commands
+    assert reader.program == ":" and reader.stdin == "file"
+
+
+def test_a_word_across_a_line_break_is_unanalysable() -> None:
+    """tree-sitter-bash reads `ls <newline>\\rm -rf /` as `ls` with the argument
+    `<newline>rm`; bash ends `ls` at the line break and runs `rm -rf /`. Found in issue 33's
+    grants work: the read-only rule allowed it."""
+    for command in ("ls \n\\rm -rf /", "ls\t\n\\touch x", "ls\n\\ls"):
+        parsed = analyse(command)
+        assert not parsed.analysable, command
+        assert any("line break" in p for p in parsed.problems), command
+    assert analyse("ls \\\nx").analysable, "a line continuation is not a line break"
+    assert analyse("echo 'a\nb'").analysable, "nor a quoted one"
+
+
 def test_a_heredoc_piped_into_a_command() -> None:
     parsed = analyse("cat <<EOF | bash\nrm -rf x\nEOF")
     cat, bash = parsed.commands
