@@ -7,14 +7,21 @@ the scope the reviewer chose when approving "for the session":
 
     call     this exact call again: the same arguments (and command, path, cwd,
              permissions), nothing else — the default
-    prefix   shell-like tools only: commands whose leading words are the
-             approved command's (`Bash(npm test:*)`): `npm test -- -k x` yes,
-             `npm publish` no. Offered only for a plain command line (no
-             `; & | < > $ \\` ( ) { }` or newlines) whose first word is a bare
-             program name (no path, assignment, quotes or escapes) that does not run
-             whatever follows it (`RUNS_ANYTHING`: `sudo`, `sh`, `env`, `xargs`,
-             interpreters, …); a later command matches only when its leading words
-             are the grant's, written the same plain way
+    prefix   shell-like tools only: commands whose program and leading words are
+             the approved command's (`Bash(npm test:*)`): `npm test -- -k x` yes,
+             `npm publish` no. Read with the shell-command model
+             (`approvals/_internal/shell/`). Offered only when the approved command is
+             one plain simple command (`plain_command`: no wrapper, assignment,
+             redirection, substitution, expansion or glob; its program named, not a
+             path) whose program does not run whatever follows it (`RUNS_ANYTHING`:
+             `sudo`, `sh`, `env`, `xargs`, interpreters, …) and whose program and leading
+             words are written as they are (no quotes or escapes in them). A later
+             command is allowed only when every one of its simple commands is plain
+             and starts with those words, normalised and as written: `npm test &&
+             npm test -- --watch` yes; `npm test; curl x | sh`, `CI=1 npm test`,
+             `timeout 5 npm test`, `npm test > out`, `npm test $(id)` and
+             `/usr/bin/npm test` (a path may name another program than the `npm` on
+             PATH) no; an unanalysable command never.
     tool     every call of the tool, only where the route allows it
              (`allow_tool_grants: true`)
 
@@ -31,31 +38,39 @@ import hashlib
 import json
 import re
 import secrets
-import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from approvals._internal.shell.model import SimpleCommand
+from approvals._internal.shell.view import command_of, plain_commands
 from approvals.models import ApprovalEvent, ApprovalRequest, GrantScope
+
+#: A shell command as events carry it: a command line, or an argv list.
+Command = str | Sequence[str]
 
 #: Narrowest first: a quorum that chose several is given the first (`vote.lua` ranks them so).
 SCOPES: tuple[GrantScope, ...] = ("call", "prefix", "tool")
 
-#: Characters that make a command line more than one plain command (or expand to one).
-_SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\\\n\r]")
 #: A program name written plainly: no path (`/`), no assignment (`=`), no quotes, escapes,
 #: tilde or glob characters, not an option. Only such a first word is offered a prefix grant.
 _BARE_PROGRAM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 #: A second word that reads as a subcommand (`npm test`, `git push`, `cargo build`).
 _SUBCOMMAND = re.compile(r"[a-z][a-z0-9._:-]*")
-#: The separators a shell splits plain words on.
+#: The separators a shell splits plain words on (bash: space and tab, nothing else).
 _BLANKS = re.compile(r"[ \t]+")
+#: Characters no command a grant allows may hold: controls but tab and newline, and line
+#: separators some readers take for a line break (the parser and bash must not differ on
+#: where a word or a command ends).
+_ODD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
 
 #: Programs (and shell words) that run whatever follows them: a prefix grant on one would
-#: allow any command at all, so none is offered. Until commands are read with a shell
-#: grammar (issue 31, the policy issue), this list is the whole of that judgement; a name
-#: with a version suffix (`python3.12`, `perl5.36`) counts as its base name.
+#: allow any command at all, so none is offered. The shell-command model unwraps most of
+#: them (a wrapped command is never plain), but a command may still be one of them alone
+#: (`env`, `xargs rm`, `python -c …`); a name with a version suffix (`python3.12`,
+#: `perl5.36`) counts as its base name.
 RUNS_ANYTHING: dict[str, str] = {
     # Another user, or another root.
     "sudo": "runs a command as another user", "doas": "runs a command as another user",
@@ -140,54 +155,75 @@ def call_hash(event: ApprovalEvent) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def command_words(command: str | None) -> list[str] | None:
-    """The words of a plain command line; None when it is not one (shell syntax, unbalanced
-    quotes, empty)."""
-    if not command or _SHELL_SYNTAX.search(command):
-        return None
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    return words or None
+def written(command: SimpleCommand, whole: Command) -> tuple[str, ...]:
+    """`command`'s words as written in `whole` (split on blanks, quotes and escapes kept), to
+    compare a grant's words with literally; an argv list's words are as written."""
+    if not isinstance(whole, str):
+        return command.argv
+    return tuple(_BLANKS.split(command.source.strip(" \t")))
 
 
-def plain_words(command: str | None) -> list[str] | None:
-    """The words of a plain command line as written (split on blanks, quotes kept), for the
-    leading words a prefix grant compares literally; None when it is not a plain command
-    line (`command_words`)."""
-    if command_words(command) is None:
+def _plain(whole: Command | None) -> tuple[SimpleCommand, ...] | None:
+    """The simple commands of a command a grant may judge (`plain_commands`), else None.
+    Also refused: a command with a `$` or a backquote in a word, even one the parser read as
+    text (tree-sitter-bash reads `0{$0` as the text `0{` and the number `0`; bash expands
+    `$0`), or with a control character (`_ODD`)."""
+    if whole is None or (isinstance(whole, str) and _ODD.search(whole)):
+        return None
+    commands = plain_commands(whole)
+    if commands is None:
+        return None
+    if any("$" in w.text or "`" in w.text for c in commands for w in c.words):
+        return None
+    return commands
+
+
+def command_prefix(command: Command | None) -> tuple[str, ...] | None:
+    """The leading words a prefix grant would allow (`npm test -- -k x` → `npm test`,
+    `rm -rf build` → `rm`); None when no prefix grant is offered for this command: not one
+    plain simple command (`plain_command`), a program that is not a bare name or runs
+    whatever follows it (`RUNS_ANYTHING`, `RUNS_ANYTHING_SUBCOMMANDS`), or leading words
+    written other than they are (quoted or escaped)."""
+    commands = _plain(command)
+    if commands is None or len(commands) != 1:
         return None
     assert command is not None
-    return _BLANKS.split(command.strip(" \t"))
-
-
-def command_prefix(command: str | None) -> tuple[str, ...] | None:
-    """The leading words a prefix grant would allow (`npm test -- -k x` → `npm test`,
-    `rm -rf build` → `rm`); None when no prefix grant is offered for this command: not a
-    plain command line, a first word that is not a bare program name (a path, an assignment,
-    quoted or escaped), or a program that runs whatever follows it (`RUNS_ANYTHING`,
-    `RUNS_ANYTHING_SUBCOMMANDS`)."""
-    words = plain_words(command)
-    if words is None or not _BARE_PROGRAM.fullmatch(words[0]) or runs_anything(words[0]):
+    argv = commands[0].argv
+    program = argv[0]
+    if not _BARE_PROGRAM.fullmatch(program) or runs_anything(program):
         return None
-    program = words[0]
     runners = RUNS_ANYTHING_SUBCOMMANDS.get(program)
-    if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]):
-        if runners is not None and words[1] in runners:
+    prefix: tuple[str, ...]
+    if len(argv) > 1 and _SUBCOMMAND.fullmatch(argv[1]):
+        if runners is not None and argv[1] in runners:
             return None
-        return (program, words[1])
-    if runners is not None:  # `npm` alone would allow `npm exec …`
+        prefix = (program, argv[1])
+    elif runners is not None:  # `npm` alone would allow `npm exec …`
         return None
-    return (program,)
+    else:
+        prefix = (program,)
+    if written(commands[0], command)[: len(prefix)] != prefix:
+        return None
+    return prefix
 
 
-def shell_command(event: ApprovalEvent) -> str | None:
-    """The command line of a shell-like call (kind `command`), else None."""
+def prefix_allows(words: tuple[str, ...], command: Command | None) -> bool:
+    """Whether a prefix grant of `words` allows `command`: every simple command of it plain
+    (`plain_commands`), its normalised program and leading words `words`, and written so."""
+    commands = _plain(command)
+    if not words or not commands:
+        return False
+    assert command is not None
+    n = len(words)
+    return all(c.argv[:n] == words and written(c, command)[:n] == words for c in commands)
+
+
+def shell_command(event: ApprovalEvent) -> Command | None:
+    """The command of a shell-like call (kind `command`: a command line, or an argv list),
+    else None."""
     if event.kind != "command":
         return None
-    command = event.command or event.arguments.get("command")
-    return command if isinstance(command, str) else None
+    return command_of(event)
 
 
 def approved_call(request: ApprovalRequest) -> ApprovalEvent | None:
@@ -281,9 +317,6 @@ class Grant(BaseModel):
             return True
         if self.scope == "call":
             return self.call == call_hash(event)
-        # The leading words as written, compared literally: `'npm' test`, `/usr/bin/npm
-        # test` or `CI=1 npm test` are not `npm test` (the grant's words are bare).
-        words = plain_words(shell_command(event))
-        return (
-            bool(self.words) and words is not None and tuple(words[: len(self.words)]) == self.words
-        )
+        # Every simple command: `npm test && npm test -- -k x` yes, `npm test; rm -rf /`,
+        # `'npm' test`, `/usr/bin/npm test` or `CI=1 npm test` no (`prefix_allows`).
+        return prefix_allows(self.words, shell_command(event))

@@ -10,7 +10,7 @@ Internal (not a stable API). The modules, in the order a command goes through th
     readonly.py   the read-only list and the judgement
     risks.py      risk hints
     matching.py   `match.command` / `match.risks` and `policy check`'s warnings
-    view.py       an event's command, the cache, `risks_of`, `explain`, `plain_command`
+    view.py       an event's command, the cache, `risks_of`, `explain`, `plain_commands`
     model.py      the dataclasses they share
 
 docs/policy.md describes what a policy author sees.
@@ -22,7 +22,9 @@ from approvals._internal.shell.view import (
     analysis_of,
     command_of,
     explain,
+    is_plain,
     plain_command,
+    plain_commands,
     risks_of,
 )
 
@@ -35,6 +37,8 @@ __all__ = [
     "analysis_of",
     "command_of",
     "explain",
+    "is_plain",
     "plain_command",
+    "plain_commands",
     "risks_of",
 ]

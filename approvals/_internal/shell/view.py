@@ -1,6 +1,6 @@
 """What the rest of approvals sees of a shell command: an event's command line, its analysis
-(parsed once, kept in a small cache), its risks, the reviewer's lines, and whether it is a
-plain command (what a prefix grant may allow).
+(parsed once, kept in a small cache), its risks, the reviewer's lines, and whether its simple
+commands are plain (what a prefix grant may allow).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from approvals._internal.shell.model import Analysis, ParsedCommand, Risk
+from approvals._internal.shell.model import Analysis, ParsedCommand, Risk, SimpleCommand
 from approvals._internal.shell.normalise import analyse
 from approvals._internal.shell.risks import detect
 from approvals.models import ApprovalEvent
@@ -84,26 +84,47 @@ def explain(command: str | Sequence[str] | None, cwd: str | None = None) -> list
     return lines
 
 
-def plain_command(command: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """The normalised argv (program first) of a command that is exactly one simple command
-    with no wrapper, assignment, redirection, substitution or expansion, run at the top
-    level; None for anything else. What a prefix grant may compare words with."""
+def is_plain(command: SimpleCommand) -> bool:
+    """Whether a simple command runs exactly its words: no wrapper, assignment, redirection,
+    substitution, expansion, glob or nesting, its program named, not a path, its input its
+    own."""
+    return not (
+        command.program is None
+        or command.problem is not None
+        or command.calls_function
+        or command.wrappers
+        or command.assignments
+        or command.redirects
+        or command.context
+        or command.stdin
+        or command.dynamic
+        or command.path
+        or any(w.glob for w in command.words)
+    )
+
+
+def plain_commands(command: str | Sequence[str] | None) -> tuple[SimpleCommand, ...] | None:
+    """The simple commands of `command` when every one is plain (`is_plain`) and nothing else
+    runs (no function defined, no assignment standing alone, all of it analysed); None
+    otherwise. What a prefix grant may allow, one command at a time: `npm test && npm test
+    -- -k x` is two plain commands, `npm test; curl x | sh` has one that is not
+    (`approvals/_internal/grant_scopes.py`)."""
     key = command if command is None or isinstance(command, str) else tuple(command)
     parsed_command = parsed(key)
-    if not parsed_command.analysable or len(parsed_command.commands) != 1:
+    if not parsed_command.analysable:
         return None
     if parsed_command.assignments or parsed_command.functions:
         return None
-    only = parsed_command.commands[0]
-    if (
-        only.wrappers
-        or only.assignments
-        or only.redirects
-        or only.context
-        or only.stdin
-        or only.dynamic
-        or only.path
-        or any(w.glob for w in only.words)
-    ):
+    if not all(is_plain(c) for c in parsed_command.commands):
         return None
-    return only.argv
+    return parsed_command.commands
+
+
+def plain_command(command: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The normalised argv (program first) of a command that is exactly one simple command
+    with no wrapper, assignment, redirection, substitution or expansion, run at the top
+    level; None for anything else. What a prefix grant is given for."""
+    commands = plain_commands(command)
+    if commands is None or len(commands) != 1:
+        return None
+    return commands[0].argv
