@@ -20,6 +20,7 @@ from approvals.models import (
     Decision,
     Kind,
     Outcome,
+    RiskHint,
     Sensitivity,
     Status,
     Vote,
@@ -71,6 +72,14 @@ class Approval(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     #: Where the signed decision webhook goes (None: no webhook).
     callback: Callback | None = None
+    #: What the call was found to risk, one `{code, text}` each, as reviewers are shown it.
+    risks: list[RiskHint] = Field(
+        default_factory=list,
+        description="Risk hints found when the request was made, one {code, text} each, as "
+        "reviewers see them: the shell command's (recursive_delete, pipe_to_shell, "
+        "unanalysable, …) and file writes outside cwd or to sensitive paths. The codes are "
+        "listed in docs/policy.md; a newer bot may add codes.",
+    )
 
     @classmethod
     def from_request(cls, request: ApprovalRequest) -> Approval:
@@ -106,6 +115,7 @@ class Approval(BaseModel):
             votes=list(request.votes),
             metadata=request.metadata,
             callback=request.callback,
+            risks=list(request.risks),
         )
 
     @property
@@ -160,6 +170,7 @@ class Approval(BaseModel):
             principal=self.principal,
             votes=tuple(self.votes),
             metadata=self.metadata,
+            risks=tuple(self.risks),
         )
 
     def describe(self) -> str:

@@ -43,6 +43,11 @@ MAX_OPTION_LEN = 75
 MAX_OPTIONS = 100
 #: Upper bound on a request's deadline: one week.
 MAX_DEADLINE_SECONDS = 7 * 24 * 3600
+#: A request keeps at most this many risk hints per code (the rest are counted in one more
+#: line of that code: `approvals/_internal/risk_hints.py`).
+MAX_RISKS_PER_CODE = 5
+#: The longest risk hint text kept.
+MAX_RISK_TEXT = 300
 #: The longest agent's reason kept with a request (the text before the tool call; its end).
 MAX_REASON = 2000
 #: The longest user's request kept with a request (the latest prompt of the session; its start).
@@ -365,6 +370,21 @@ class RouteFloor(BaseModel):
     approve_on_timeout: bool = False
 
 
+class RiskHint(BaseModel):
+    """One risk a call was found to carry, as reviewers and the agent see it: a stable `code`
+    (policy rules match on it: `risks: [code, …]`) and one line of `text` naming what it
+    touches (`recursive_delete`: "rm -r of build"). Found once, when the request is made
+    (`approvals/_internal/risk_hints.py`): the shell command's risks
+    (`approvals/_internal/shell/risks.py`) and the file writes' (`file_risks.py`)."""
+
+    # Read leniently: a newer bot may add fields (the approval object carries these).
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    code: str = Field(max_length=200)
+    #: At most `MAX_RISK_TEXT` characters as made here; read up to 2,000 (a newer bot's).
+    text: str = Field(max_length=2000)
+
+
 class ApprovalRequest(BaseModel):
     """A gated call awaiting (or past) review, as stored in Redis."""
 
@@ -399,6 +419,10 @@ class ApprovalRequest(BaseModel):
     proposal: Proposal | None = None
     #: A Slack user id the caller asked to be told the outcome (a DM); never an actor.
     notify: str | None = Field(default=None, pattern=r"^[UW][A-Z0-9]{2,20}$")
+    #: The call's risk hints, found when the request was made (`draft_request`); what every
+    #: surface shows, and the approval object's `risks`. Empty for calls without a shell
+    #: command or a file write, and for requests stored before risks were kept.
+    risks: tuple[RiskHint, ...] = ()
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:

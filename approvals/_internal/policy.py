@@ -220,9 +220,9 @@ class _Once:
 
     __slots__ = ("analysis", "event")
 
-    def __init__(self, event: ApprovalEvent) -> None:
+    def __init__(self, event: ApprovalEvent, analysis: Analysis | None = None) -> None:
         self.event = event
-        self.analysis: Analysis | None = None
+        self.analysis = analysis
 
     def __call__(self) -> Analysis:
         if self.analysis is None:
@@ -396,8 +396,11 @@ class Policy(BaseModel):
         config: ApprovalConfig | None = None,
         *,
         requested_route: str | None = None,
+        shell: Analysis | None = None,
     ) -> PolicyDecision:
         """Fold every matching rule into one decision; no match → ask on the default route.
+        `shell` is the event's shell command parsed already (`draft_request` parses it once
+        for the policy and the request's risks); else it is parsed if a rule asks.
 
         `requested_route` is a route the caller named (who may name which is `may_name`,
         checked by the caller of this). It is where the request is asked — channel,
@@ -409,9 +412,9 @@ class Policy(BaseModel):
         needs of it). A caller can make a request stricter by naming a route, never laxer.
         """
         config = config or ApprovalConfig()
-        shell = _Once(event)  # the command is parsed once, if a rule asks
+        once = _Once(event, shell)  # the command is parsed once, if a rule asks
         matched = [
-            r for r in self.rules if r.match.matches(event, config.sensitivity, r.action, shell)
+            r for r in self.rules if r.match.matches(event, config.sensitivity, r.action, once)
         ]
         merged = merge_outcomes(RuleOutcome(decision=r.action, reason=_reason(r)) for r in matched)
         action: Action = "ask" if merged.decision == "none" else merged.decision

@@ -31,6 +31,7 @@ from approvals._internal.grant_scopes import (
     offered,
 )
 from approvals._internal.policy import Policy, PolicyDecision
+from approvals._internal.risk_hints import request_risks, shell_analysis
 from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.grants import GrantStore
 from approvals._internal.store.store import ApprovalStore, CreateResult, VoteResult
@@ -87,10 +88,11 @@ def draft_request(
     notify: str | None = None,
 ) -> tuple[ApprovalRequest, PolicyDecision]:
     """The request `ApprovalService.create` stores for `event`, as the policy routes it (its
-    route, channel, reviewers, quorum, deadline and what the route allows), with the policy's
-    verdict; nothing is stored (`approval-bot preview` draws it as the bot would post it).
-    `InvalidRequest` for a route the policy does not have or `principal` may not name, a
-    callback it does not allow, or an unbounded `arguments_schema`."""
+    route, channel, reviewers, quorum, deadline and what the route allows) with its risk hints
+    (`approvals/_internal/risk_hints.py`), and the policy's verdict; nothing is stored
+    (`approval-bot preview` draws it as the bot would post it). `InvalidRequest` for a route
+    the policy does not have or `principal` may not name, a callback it does not allow, or an
+    unbounded `arguments_schema`."""
     if callback is not None:
         policy.callbacks.check(callback)
     # Checked here, once, so that checking a reviewer's edit against it is bounded.
@@ -102,9 +104,11 @@ def draft_request(
             f"unknown route {route[:100]!r}; the policy's routes are: {known[:1000]}",
             details=[{"loc": ["route"], "msg": "unknown route", "type": "value_error"}],
         )
-    decision = policy.evaluate(event, config, requested_route=route)
+    # The shell command is parsed once, for the policy's rules and the request's risks.
+    shell = shell_analysis(event)
+    decision = policy.evaluate(event, config, requested_route=route, shell=shell)
     if route is not None and not policy.may_name(route, principal):
-        if route != policy.evaluate(event, config).route_name:
+        if route != policy.evaluate(event, config, shell=shell).route_name:
             raise InvalidRequest(
                 f"principal {principal!r} may not name route {route!r}: the policy's "
                 f"routes.{route}.callers does not list it",
@@ -142,6 +146,7 @@ def draft_request(
         callback=callback,
         notify=notify,
         deadline_at=(now + timedelta(seconds=deadline)) if deadline else None,
+        risks=request_risks(event, shell),
     )
     return request, decision
 

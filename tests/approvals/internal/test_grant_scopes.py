@@ -4,7 +4,6 @@ never allow."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-
 from pathlib import Path
 
 import pytest
