@@ -157,6 +157,45 @@ def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
     return _mask_text_cached(text, hidden)
 
 
+def hidden_in(text: str, *, hide: Iterable[str] = ()) -> tuple[str, ...]:
+    """What masking `text` would hide (normalised): each piece the rules find, and each of
+    `hide` found in it. A text drawn from `text` (a command's parsed view, a risk line) is
+    masked with these too, so what the command shows masked is never shown plain beside it."""
+    norm, _ = normalise(text)
+    found = [norm[start:end] for start, end, _ in find(norm)]
+    found += [literal for literal in _literals(hide) if literal in norm]
+    return tuple(dict.fromkeys(found))
+
+
+#: A run of this many characters of a hidden secret (or of its letters and digits) shown in
+#: a text drawn from it counts as showing it (`shows_piece_of`).
+PIECE = 8
+
+
+def shows_piece_of(text: str, secrets: Iterable[str]) -> bool:
+    """Whether `text`, a text drawn from one that held `secrets` (a risk line, a parsed view),
+    shows a piece of one: `PIECE` characters of it in a row (a secret cut short, as a risk
+    line names a path in 60 characters, is no longer one the rules find), or `PIECE` of its
+    letters and digits in a row with other characters between them (a parsed view splits
+    `-pHunter2Secret` into `-p -H -u -n -t …`). Linear in the texts' lengths."""
+    norm = normalise(text)[0]
+    letters = _letters(norm)
+    shown = {norm[i : i + PIECE] for i in range(len(norm) - PIECE + 1)}
+    spelled = {letters[i : i + PIECE] for i in range(len(letters) - PIECE + 1)}
+    for secret in secrets:
+        value = normalise(secret)[0]
+        if any(value[i : i + PIECE] in shown for i in range(len(value) - PIECE + 1)):
+            return True
+        squashed = _letters(value)
+        if any(squashed[i : i + PIECE] in spelled for i in range(len(squashed) - PIECE + 1)):
+            return True
+    return False
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text if ch.isalnum())
+
+
 #: Bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): in Slack text they
 #: would make `exe.txt` of `txt.exe`, a tool name read backwards. Every string `mask_text`
 #: gives back (so every agent-given string a renderer draws, and every payload `outbound`

@@ -33,7 +33,7 @@ from approvals._internal.store.connection import cancel_and_wait
 from approvals.models import TERMINAL_STATUSES, ApprovalRequest
 from bot.core.context import BotContext
 from bot.slack import action_ids as ids
-from bot.slack.render import call_context
+from bot.slack.render import call_context, risk_lines
 from bot.slack.render import request_message as blocks
 from bot.slack.render.request_message import (
     Block,
@@ -124,6 +124,7 @@ def _request_blocks(req: ApprovalRequest) -> list[Block]:
     if req.proposal is not None:
         head += f" · ✏️ edited by {who(req.proposal.by)}"
     text = head + "\n" + clip_escaped(v.prompt, 1500)
+    text += risk_lines.home_text(v)  # one line per risk (the first few)
     context = req.event.context
     if context is not None and not context.empty:
         # The agent's reason and what it changes, collapsed; the whole in Details.
@@ -134,7 +135,7 @@ def _request_blocks(req: ApprovalRequest) -> list[Block]:
             path = call_context.display_path(change.path, req.event.cwd)
             text += f"\n✏️ `{clip_escaped(v.mask(path), 200)}` ({call_context.counts(change)})"
     out: list[Block] = [_section(text)]
-    if context is not None and not context.empty:
+    if (context is not None and not context.empty) or req.risks:
         call_context.with_details_button(out, req.id)
     actions = _actions(v)
     for block in actions:

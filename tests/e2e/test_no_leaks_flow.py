@@ -1,11 +1,13 @@
 """No secret reaches Slack through the real app: every fake of the corpus, in every field an
-agent controls, through posts, DMs, modals, refusals and updates; every call the emulator
-received is searched for any piece of any secret."""
+agent controls, through posts, DMs, modals, refusals and updates, and in shell commands whose
+parsed view and risk lines are drawn from it; every call the emulator received is searched for
+any piece of any secret."""
 
 from __future__ import annotations
 
 import copy
 import json
+import shlex
 import time
 import uuid
 from typing import Any
@@ -24,7 +26,7 @@ from bot.masking.masker import mask_text
 from bot.masking.rules import normalise
 from bot.slack import action_ids as ids
 from tests.support.e2e import CHANNEL, BotFactory, Reviewer, posted_message
-from tests.support.secret_corpus import FAKES, PIECE, Fake
+from tests.support.secret_corpus import FAKES, PIECE, Fake, leaked_piece
 from tests.support.slack_emulator import SlackEmulator
 
 POLICY = {
@@ -93,6 +95,26 @@ async def submit(
         call_id=uuid.uuid4().hex,
     )
     return await bot.ctx.service.submit(event, config)
+
+
+def command_for(group: list[Fake]) -> str:
+    """A shell command holding each fake of `group` as a word (where masking the command text
+    finds it whole): behind wrappers, as an assignment, glued to an option (the parsed view
+    splits `-pSECRET` letter by letter), and as a path a recursive delete names (cut to 60
+    characters in its risk line), so the parsed view and the risk lines are drawn from them
+    (issue 33)."""
+    parts = []
+    for fake in group:
+        word = shlex.quote(fake.text)
+        for part in (
+            f"CI=1 timeout 5 curl -H {word} https://example.com",
+            f"nice rm -rf {word}",
+            f"env TOKEN={word} timeout 9 mysql -p{word} db",
+        ):
+            if leaked_piece(mask_text(part), fake.secret):
+                continue  # the rules do not find it glued into a command (not this test's)
+            parts.append(part)
+    return " && ".join(parts) or "timeout 5 rm -rf build"
 
 
 def fitting(group: list[Fake], limit: int = 2000) -> list[Fake]:
@@ -200,6 +222,31 @@ async def test_no_piece_of_any_fake_reaches_slack(
         view = await latest_view(slack, 5 * n + 5)
         await alice.submit(bot, view, {ids.REASON_BLOCK: {ids.REASON_ACTION: "no"}})
         await bot.ctx.waiter.wait(explained.id, timeout=5)
+    # A shell command holding them: its parsed view and risk lines on the message, and in
+    # Details (opened by a reviewer).
+    assert bot.ctx is not None
+    for n, group in enumerate(chunks()):
+        command = command_for(group)
+        event = ApprovalEvent(
+            kind="command",
+            tool_name="Bash",
+            arguments={"command": command},
+            command=command,
+            cwd="/srv/app",
+            call_id=uuid.uuid4().hex,
+        )
+        shell = await bot.ctx.service.submit(event, ApprovalConfig())
+        assert shell.risks, "risk lines to draw"
+        await slack.wait_until(
+            lambda r=shell: any(r.id in json.dumps(m) for m in slack.messages.values()),
+            10,
+            f"the post of {shell.id}",
+        )
+        _, message = posted_message(slack, shell.id)
+        assert "As the shell runs it" in json.dumps(message, ensure_ascii=False)
+        assert await alice.click(bot, message, CHANNEL, ids.DETAILS) == 200
+        view = await latest_view(slack, 5 * len(chunks()) + n + 1)
+        assert view["callback_id"] == ids.DETAILS_MODAL
     await slack.wait_until(
         lambda: len(slack.calls_to("chat.postEphemeral")) >= 3 * len(chunks()), 10, "ephemerals"
     )

@@ -1,5 +1,6 @@
-"""Block Kit for a call's context: the agent's reason (*Why:*), the user's request, the diffs
-of the files it changes and their risk hints (pure: dicts out).
+"""Block Kit for a call's context: the agent's reason (*Why:*), the user's request and the diffs
+of the files it changes (pure: dicts out). The risk hints, the files' among them, are the
+request's own, drawn by `bot.slack.render.risk_lines`.
 
 On a request's message (`context_blocks`, drawn by `bot.slack.render.request_message`) they
 are collapsed: the reason and the request to `COLLAPSED_LINES` lines, each file's diff to its
@@ -19,10 +20,10 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Protocol
 
-from approvals._internal.file_risks import file_risks
 from approvals.models import ApprovalRequest, CallContext, FileChange
 from bot.masking.masker import mask_lines
 from bot.slack import action_ids as ids
+from bot.slack.render import risk_lines
 from bot.slack.render.text import clip_escaped, escape
 
 Block = dict[str, Any]
@@ -169,7 +170,7 @@ def _fit(escaped: list[str], room: int, most: int | None = None) -> list[str]:
 
 
 def _file_head(v: _View, change: FileChange) -> str:
-    """`*Edit* `src/app.py` (+3 -1)`, the summary, the risk hints: mrkdwn, masked, escaped."""
+    """`*Edit* `src/app.py` (+3 -1)` and the summary: mrkdwn, masked, escaped."""
     event = v.req.event
     shown = display_path(change.path, event.cwd)
     head = (
@@ -183,8 +184,6 @@ def _file_head(v: _View, change: FileChange) -> str:
         notes.append("lines hidden: a secret request")
     if notes:
         head += " — _" + "; ".join(notes) + "_"
-    for risk in file_risks(change.path, event.cwd):
-        head += "\n⚠️ " + clip_escaped(v.mask(risk["text"]), 400)
     return head
 
 
@@ -278,6 +277,8 @@ def details_blocks(v: _View) -> list[Block]:
     why = why_text(v, collapsed=False)
     if why:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": why[:3000]}})
+    # Every risk line and the whole parsed view (`bot.slack.render.risk_lines`).
+    blocks += risk_lines.details_blocks(v, MAX_MODAL_BLOCKS // 4)
     context = v.req.event.context
     files = context.files if context else ()
     left_out = 0

@@ -1,7 +1,7 @@
 """Block Kit rendering of a digest message: many requests of one channel, one row each (pure).
 
 A row shows what fits on a line — tool, prompt, sensitivity, who asked,
-deadline, quorum progress, whether a reviewer edited it — masked and escaped as
+deadline, quorum progress, whether a reviewer edited it, how many risks — masked and escaped as
 in `bot.slack.render.request_message`. That is less than the request's own message shows, so a row's
 only button is *Review…*: it opens the review modal with the request in full
 (`bot.slack.render.modals.review_modal`), and the decision is made there. A decided row
@@ -19,6 +19,7 @@ from typing import Any
 from approvals._internal.store.digests import Digest
 from approvals.models import ApprovalRequest, utcnow
 from bot.slack import action_ids as ids
+from bot.slack.render import risk_lines
 from bot.slack.render.request_message import (
     MAX_BLOCKS,
     MAX_HEADER,
@@ -75,6 +76,9 @@ def _row(i: int, req: ApprovalRequest, escalations: int, now: datetime) -> Block
         about.append(f"🗳️ {quorum_progress(req)}")
     if req.proposal is not None:
         about.append("✏️ arguments edited by a reviewer")
+    risks = risk_lines.summary(req)  # the lines themselves are in its Review dialog
+    if risks:
+        about.append(risks)
     about.append(ref)
     text = f"{head}\n{' · '.join(about)}"
     block = _section(text[:MAX_SECTION])

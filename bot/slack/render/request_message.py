@@ -25,7 +25,7 @@ from approvals._internal.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from bot.masking.masker import Masked, hidden_values, mask_arguments, mask_text
 from bot.slack import action_ids as ids
-from bot.slack.render import call_context
+from bot.slack.render import call_context, risk_lines
 from bot.slack.render.edit_form import diff_lines
 from bot.slack.render.text import clip as clip  # the text helpers, also imported from here
 from bot.slack.render.text import clip_escaped as clip_escaped
@@ -188,6 +188,8 @@ def _summary(v: _View) -> list[Block]:
     ]
     why = call_context.why_blocks(v)  # the agent's reason, under the title
     blocks += why
+    hints = risk_lines.risk_blocks(v)  # one line per risk, beside the reason
+    blocks += hints
     about = []
     if event.agent:
         about.append(f"*Agent:* {clip_escaped(mask_text(event.agent), 200)}")
@@ -208,13 +210,15 @@ def _summary(v: _View) -> list[Block]:
         blocks.append(
             _code_section("Command", v.mask(event.command), what="command", request_id=req.id)
         )
+    parsed = risk_lines.parsed_blocks(v)  # the simple commands behind it, when they differ
+    blocks += parsed
     if event.path:
         blocks.append(_section(clip_escaped(f"File: {v.mask(event.path)}", MAX_SECTION)))
     if event.cwd:
         blocks.append(_context(f"*cwd:* `{clip_escaped(v.mask(event.cwd), 250)}`"))
     files = call_context.file_blocks(v)  # the diffs of the files it changes
     blocks += files
-    call_context.with_details_button([*why, *files], req.id)
+    call_context.with_details_button([*why, *hints, *files, *parsed], req.id)
     if v.arguments:
         text = _PRETTY_JSON(v.arguments)
         blocks.append(_code_section("Arguments", text, what="arguments", request_id=req.id))

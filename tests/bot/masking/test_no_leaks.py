@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import string
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from approvals._internal.file_changes import Original, changes_for
+from approvals._internal.risk_hints import request_risks
 from approvals.models import (
     MAX_OPTION_LEN,
     ApprovalConfig,
@@ -195,6 +197,58 @@ def test_no_surface_shows_any_piece_of_a_secret(fake: Fake) -> None:
             shown = json.dumps(outbound(payload), ensure_ascii=False)
             piece = leaked_piece(shown, fake.secret)
             assert piece is None, f"{fake.rule}: {piece!r} shown on {name} ({req.status})"
+
+
+def command_requests(fake: Fake) -> Iterator[ApprovalRequest]:
+    """Shell commands carrying `fake` where the parsed view and the risk lines show pieces of
+    a command (issue 33): after wrappers and assignments, as an option's value glued to it,
+    as a path a risk names (cut to 60 characters there), inside `bash -c`, in an argv list;
+    with their risks found as `draft_request` finds them."""
+    text = fake.text
+    q = shlex.quote(text)
+    commands: list[str | list[str]] = [
+        f"CI=1 timeout 5 env TOKEN={q} gh pr list",
+        f"timeout 5 curl -H {q} https://example.com",
+        f"nice rm -rf {q} build",
+        f"cp a.txt {q} && git push --force origin {q}",
+        f"bash -c {shlex.quote('echo ' + q + ' | sh')}",
+        f"timeout 9 mysql -p{q} db",
+        ["bash", "-lc", f"curl -u {q} https://example.com"],
+    ]
+    for command in commands:
+        event = ApprovalEvent(
+            kind="command",
+            tool_name="Bash",
+            arguments={"command": command},
+            command=command if isinstance(command, str) else None,
+            cwd="/srv/app",
+            session_id="s-1",
+        )
+        pending = ApprovalRequest(event=event, risks=request_risks(event))
+        yield pending
+        yield pending.model_copy(
+            update={"status": "denied", "decision": Decision.deny("no", by="U2")}
+        )
+
+
+@pytest.mark.parametrize("fake", FAKES, ids=lambda f: f.rule)
+def test_no_parsed_view_or_risk_line_shows_a_secret_in_a_command(fake: Fake) -> None:
+    """Wherever the command itself is masked whole (the command block), nothing drawn from it
+    (its parsed view, its risk lines, on every surface) shows a piece of the secret. (Some
+    fakes glued into a command here make the rules miss them in the command text too: that
+    is the masking of free text, `test_no_surface_shows_any_piece_of_a_secret`'s subject.)"""
+    shown_any = checked = False
+    for req in command_requests(fake):
+        command = req.event.command or " ".join(req.event.arguments["command"])
+        if leaked_piece(mask_text(command), fake.secret) is not None:
+            continue
+        checked = True
+        for name, payload in surfaces(req):
+            shown = json.dumps(outbound(payload), ensure_ascii=False)
+            shown_any = shown_any or "As the shell runs it" in shown
+            piece = leaked_piece(shown, fake.secret)
+            assert piece is None, f"{fake.rule}: {piece!r} shown on {name} ({req.status})"
+    assert shown_any or not checked, "the parsed view was drawn"
 
 
 # ---------------------------------------------------------------- messages sent as drawn

@@ -12,6 +12,7 @@ from slack_sdk.models.blocks import Block
 from slack_sdk.models.views import View
 
 from approvals._internal.file_changes import Original, with_changes
+from approvals._internal.risk_hints import request_risks
 from approvals.models import (
     ApprovalConfig,
     ApprovalEvent,
@@ -59,7 +60,10 @@ def request(
     )
     originals = {path: Original(True, original)} if original is not None else None
     config = ApprovalConfig(sensitivity=sensitivity)  # type: ignore[arg-type]
-    return ApprovalRequest(event=with_changes(event, originals), config=config, channel="C0OPS")
+    event = with_changes(event, originals)
+    return ApprovalRequest(
+        event=event, config=config, channel="C0OPS", risks=request_risks(event)
+    )  # the risks as `draft_request` finds them
 
 
 def valid_message(blocks: list[dict[str, Any]]) -> None:
@@ -123,12 +127,21 @@ def test_the_edit_shows_a_real_diff_with_counts_relative_path_and_no_risk() -> N
 
 
 def test_writes_outside_the_cwd_and_to_sensitive_paths_get_a_risk_hint() -> None:
+    """Issue 34: one line each, beside the *Why:* (the request's own risks, as the agent
+    reads them), not repeated on the file's head."""
     req = request("Write", {"file_path": "/etc/cron.d/backup", "content": "* * * * * root x\n"},
                   original=None, path="/etc/cron.d/backup")  # fmt: skip
-    (change,) = [t for t in sections(rm.request_message(req)["blocks"]) if t.startswith("*Write*")]
-    assert "⚠️ writes outside the working directory: /etc/cron.d/backup" in change
-    assert "⚠️ writes a system configuration file under /etc: /etc/cron.d/backup" in change
-    assert "new file, 1 line" in change
+    blocks = rm.request_message(req)["blocks"]
+    valid_message(blocks)
+    texts = sections(blocks)
+    assert texts[0].startswith("*Why:*")
+    assert texts[1].split("\n") == [
+        "⚠️ *writes outside the working directory*: /etc/cron.d/backup",
+        "⚠️ *writes a sensitive path*: writes a system configuration file under /etc: "
+        "/etc/cron.d/backup",
+    ]
+    (change,) = [t for t in texts if t.startswith("*Write*")]
+    assert "new file, 1 line" in change and "⚠️" not in change
 
 
 def test_no_context_no_why_no_button() -> None:

@@ -1,0 +1,263 @@
+"""Block Kit for a request's risk hints and the parsed view of its shell command (pure: dicts
+out).
+
+The risk hints are the request's own (`ApprovalRequest.risks`, found once when it was made:
+`approvals/_internal/risk_hints.py`), one line each: `⚠️ *recursive delete*: rm -r of build`.
+The parsed view is the command as simple commands after unwrapping, one line each
+(`approvals._internal.shell.explain`: `rm -f -r build   (via timeout 5, env; with CI=1)`
+behind `CI=1 timeout 5 env rm -fr build`), shown only when it says more than the command
+text (`_as_written`: `ls -la && git status` shows none).
+
+On a request's message (`bot.slack.render.request_message`) the risk lines stand under the
+*Why:* (at most `INLINE_RISKS`) and the parsed view under the command (at most
+`INLINE_PARSED` lines); the rest is in the Details modal (`details_blocks`, drawn by
+`bot.slack.render.call_context.details_blocks`). App Home and `/approvals` rows show
+`INLINE_HOME_RISKS` lines, a digest row one count (`summary`).
+
+Masked as the rest of the request is (`_View.mask`: the rules and the values the request
+hides), and also with what masking the command itself hides (`bot.masking.masker.hidden_in`),
+so the parsed view never shows plain what the command shows masked; a line that would still
+show a piece of a secret (`masker.shows_piece_of`: cut short by a risk's text, or spelled
+out as `-p -H -u -n …` of `-pHunter2`) is not shown. Under
+`secret` sensitivity only each risk's title is shown, and no parsed view.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Protocol
+
+from approvals._internal.shell import command_of, explain, is_plain
+from approvals._internal.shell.parse import MAX_BYTES
+from approvals._internal.shell.view import parsed
+from approvals.models import ApprovalRequest, RiskHint
+from bot.masking.masker import hidden_in, mask_text, shows_piece_of
+from bot.slack.render.text import clip_escaped, escape
+
+Block = dict[str, Any]
+
+
+class _View(Protocol):
+    """What of a request may be shown, masked once (`bot.slack.render.request_message._View`)."""
+
+    @property
+    def req(self) -> ApprovalRequest: ...
+
+    @property
+    def hide(self) -> tuple[str, ...]: ...
+
+    def mask(self, text: str) -> str: ...
+
+
+#: Risk lines shown on a message (the rest in the Details modal).
+INLINE_RISKS = 5
+#: Parsed-view lines shown under the command on a message.
+INLINE_PARSED = 5
+#: Risk lines shown in an App Home or `/approvals` row.
+INLINE_HOME_RISKS = 3
+#: The longest parsed-view line shown (a longer one is cut, whole lines are kept).
+MAX_PARSED_LINE = 500
+#: Parsed-view lines the Details modal shows at most.
+MAX_DETAILS_PARSED = 300
+
+#: How each risk code reads to a reviewer (a code not listed reads as itself).
+TITLES = {
+    "recursive_delete": "recursive delete",
+    "force_push": "force push",
+    "push_to_protected": "push to a protected branch",
+    "history_rewrite": "history rewrite",
+    "pipe_to_shell": "runs downloaded or piped code",
+    "writes_outside_cwd": "writes outside the working directory",
+    "writes_sensitive_path": "writes a sensitive path",
+    "reads_credentials": "reads credentials",
+    "permission_change": "permission change",
+    "publish": "publishes",
+    "infra_destroy": "destroys infrastructure",
+    "database_drop": "drops data",
+    "disk_tool": "disk tool",
+    "privilege": "runs as another user",
+    "unanalysable": "could not be analysed",
+}
+_NOT_SHOWN = "(not shown: it would show part of a secret)"
+
+
+def title(code: str) -> str:
+    return TITLES.get(code, code.replace("_", " "))
+
+
+def _secret(v: _View) -> bool:
+    return v.req.config.sensitivity == "secret"
+
+
+def _command_text(v: _View) -> str:
+    """The command as the message shows it (a command line, or an argv list's words)."""
+    command = command_of(v.req.event)
+    if command is None:
+        return ""
+    return command if isinstance(command, str) else " ".join(command)
+
+
+def _hide(v: _View) -> tuple[str, ...]:
+    """The request's hidden values and what masking its command hides. A command past the
+    shell model's size cap is not analysed: nothing of it is drawn here, nothing to add."""
+    command = _command_text(v)
+    if not command or len(command) > MAX_BYTES:
+        return v.hide
+    if len(command) + sum(map(len, v.hide)) > _CACHED_CHARS:
+        return (*v.hide, *hidden_in(command, hide=v.hide))
+    return _hide_for(v.hide, command)
+
+
+#: Commands up to this long (with the values hidden) have what masking hides in them cached
+#: (a request is drawn for its post, its update, App Home and reminders).
+_CACHED_CHARS = 8192
+
+
+@functools.lru_cache(maxsize=256)
+def _hide_for(hide: tuple[str, ...], command: str) -> tuple[str, ...]:
+    return (*hide, *hidden_in(command, hide=hide))
+
+
+def _masked(text: str, hide: tuple[str, ...]) -> str | None:
+    """`text` masked with `hide` (and the rules); None when it would still show a piece of a
+    secret (cut short, or spelled out with other characters between its letters)."""
+    shown = mask_text(text, hide=hide)
+    return None if shows_piece_of(shown, hide) else shown
+
+
+def risk_lines(v: _View, hints: tuple[RiskHint, ...] | None = None) -> list[str]:
+    """One mrkdwn line per risk hint: `⚠️ *title*: text`, masked and escaped."""
+    hints = v.req.risks if hints is None else hints
+    if not hints:
+        return []
+    if _secret(v):
+        titles = dict.fromkeys(title(h.code) for h in hints)
+        return [f"⚠️ *{escape(t)}* _(details hidden: a secret request)_" for t in titles]
+    hide = _hide(v)
+    lines = []
+    for hint in hints:
+        name = title(hint.code)
+        text = hint.text
+        if text.lower().startswith(name.lower()):  # "writes outside the working directory: p"
+            name, text = text[: len(name)], text[len(name) :].lstrip(" :")
+        masked = _masked(text, hide)
+        shown = clip_escaped(masked, 400) if masked is not None else _NOT_SHOWN
+        lines.append(f"⚠️ *{escape(name)}*" + (f": {shown}" if shown else ""))
+    return lines
+
+
+def parsed_lines(v: _View) -> list[str]:
+    """The parsed view, one masked line per simple command (escaped for a code block); empty
+    when the request has no shell command, under `secret` sensitivity, or when it says no
+    more than the command text."""
+    if _secret(v):
+        return []
+    command = command_of(v.req.event)
+    if command is None or _as_written(command):
+        return []
+    lines = explain(command, v.req.event.cwd)
+    hide = _hide(v)
+    out = []
+    for line in lines[:MAX_DETAILS_PARSED]:
+        masked = _masked(line, hide)
+        shown = masked if masked is not None else _NOT_SHOWN
+        if len(shown) > MAX_PARSED_LINE:
+            shown = shown[: MAX_PARSED_LINE - 1] + "…"
+        out.append(escape(shown.replace("```", "`\u200b`\u200b`")))
+    if len(lines) > MAX_DETAILS_PARSED:
+        out.append(f"… {len(lines) - MAX_DETAILS_PARSED:,} more commands")
+    return out
+
+
+def _as_written(command: str | tuple[str, ...]) -> bool:
+    """Whether the parsed view would say no more than the command text: every simple command
+    plain (`is_plain`: no wrapper, redirection, substitution, …) with its words as written (no
+    quotes, escapes or expansions: `ls -la src && git status` yes, `rm '-rf' b` no)."""
+    found = parsed(command)
+    if not found.analysable or found.assignments or found.functions:
+        return False
+    for c in found.commands:
+        if not is_plain(c):
+            return False
+        words = [c.program or "", *(w.text for w in c.words)]
+        written = c.source.split() if isinstance(command, str) else list(command)
+        if written != words:
+            return False
+    return True
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def risk_blocks(v: _View) -> list[Block]:
+    """The message's risk lines: the first `INLINE_RISKS`, "N more" for the rest."""
+    lines = risk_lines(v)
+    if not lines:
+        return []
+    shown = lines[:INLINE_RISKS]
+    if len(lines) > INLINE_RISKS:
+        shown.append(f"_… {len(lines) - INLINE_RISKS} more risks: *Details*_")
+    return [_section(_fit_lines(shown, 3000))]
+
+
+def parsed_blocks(v: _View) -> list[Block]:
+    """The message's parsed view under the command: the first `INLINE_PARSED` lines."""
+    lines = parsed_lines(v)
+    if not lines:
+        return []
+    head = "*As the shell runs it:*\n"
+    shown = lines[:INLINE_PARSED]
+    more = len(lines) - len(shown)
+    tail = f"\n_… {more:,} more: *Details*_" if more else ""
+    body = _fit_lines(shown, 3000 - len(head) - len(tail) - 8)
+    return [_section(head + "```\n" + body + "\n```" + tail)]
+
+
+def _fit_lines(lines: list[str], room: int) -> str:
+    """`lines` joined, as many whole lines as fit `room` characters (at least the first, cut)."""
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > room:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept) if kept else lines[0][:room]
+
+
+def details_blocks(v: _View, budget: int) -> list[Block]:
+    """The Details modal's risk lines and whole parsed view, within `budget` blocks."""
+    blocks: list[Block] = []
+    lines = risk_lines(v)
+    while lines and len(blocks) < budget:
+        text = _fit_lines(lines, 3000)
+        blocks.append(_section(text))
+        lines = lines[text.count("\n") + 1 :]
+    parsed = parsed_lines(v)
+    head = "*As the shell runs it:*\n"
+    while parsed and len(blocks) < budget:
+        body = _fit_lines(parsed, 3000 - len(head) - 8)
+        blocks.append(_section(head + "```\n" + body + "\n```"))
+        parsed = parsed[body.count("\n") + 1 :]
+        head = ""
+    return blocks
+
+
+def home_text(v: _View) -> str:
+    """An App Home or `/approvals` row's risk lines (mrkdwn, each on its own line)."""
+    lines = risk_lines(v)
+    shown = lines[:INLINE_HOME_RISKS]
+    if len(lines) > INLINE_HOME_RISKS:
+        shown.append(f"_… {len(lines) - INLINE_HOME_RISKS} more risks: *Details*_")
+    return "".join("\n" + line for line in shown)
+
+
+def summary(req: ApprovalRequest) -> str | None:
+    """A digest row's one mention: `⚠️ 2 risks: recursive delete, force push` (titles only)."""
+    if not req.risks:
+        return None
+    titles = list(dict.fromkeys(title(h.code) for h in req.risks))
+    n = len(req.risks)
+    names = ", ".join(titles[:3]) + (", …" if len(titles) > 3 else "")
+    return f"⚠️ {n} risk{'s' if n != 1 else ''}: {escape(names)}"
