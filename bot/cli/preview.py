@@ -2,9 +2,10 @@
 
 Given a tool call (`--tool`, `--args`, and the `request` command's other fields) or an
 existing request's id, it draws, with the bot's own renderers (`bot.slack.render`), the
-request's message, its row in a digest message (approval storms), and its dialogs: Deny,
-Respond (kind `input`), Edit… (when the route lets reviewers edit) and the digest's
-Review. Each is masked as the bot sends it (`bot.masking.masker.outbound`; the message is
+request's message (its risk lines and the parsed view of a shell command among them), its
+row in a digest message (approval storms), and its dialogs: Details (when the message offers
+it), Deny, Respond (kind `input`), Edit… (when the route lets reviewers edit) and the
+digest's Review. Each is masked as the bot sends it (`bot.masking.masker.outbound`; the message is
 drawn masked) and printed twice: as a Block Kit Builder link (paste it in a browser
 signed in to Slack) and as plain text.
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 #: Slack's Block Kit Builder: the payload, URL-encoded JSON, after the `#`.
 BUILDER = "https://app.slack.com/block-kit-builder/#"
 #: Every part, in the order printed.
-PARTS = ("message", "digest", "deny", "respond", "edit", "review")
+PARTS = ("message", "details", "digest", "deny", "respond", "edit", "review")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,9 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "preview",
         help="show a request's Slack message and dialogs, without Slack",
         description="Draw a request as the bot would post it in Slack — its message, its "
-        "digest row and its dialogs (deny, respond, edit, review) — masked as the bot masks "
-        "them, as Block Kit Builder links and as plain text. Give a tool call (--tool …) or "
-        "the id of an existing request.",
+        "digest row and its dialogs (details, deny, respond, edit, review) — masked as the "
+        "bot masks them, as Block Kit Builder links and as plain text. Give a tool call "
+        "(--tool …) or the id of an existing request.",
     )
     p.add_argument("id", nargs="?", help="an existing request (read from the bot's Redis)")
     p.add_argument("--tool", help="the tool name of a call to draw (instead of an id)")
@@ -131,6 +132,7 @@ def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]
     from approvals._internal.edits import edits_offered
     from approvals._internal.store.digests import Digest, Row
     from bot.masking.masker import outbound
+    from bot.slack.action_ids import DETAILS
     from bot.slack.render import modals
     from bot.slack.render.digest_message import digest_message
     from bot.slack.render.edit_form import edit_text
@@ -138,11 +140,11 @@ def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]
 
     channel = request.channel or ""
     # The message is drawn masked (a `Masked` message: `outbound` sends it as it is).
-    yield (
-        "message",
-        "the request's message (chat.postMessage)",
-        dict(outbound(message_for(request))),
-    )
+    message = dict(outbound(message_for(request)))
+    yield "message", "the request's message (chat.postMessage)", message
+    offered = [b.get("accessory", {}).get("action_id") for b in message.get("blocks", [])]
+    if DETAILS in offered:  # its reason, risks, parsed command and diffs in full
+        yield "details", "the Details dialog (views.open)", outbound(modals.details_modal(request))
     digest = Digest("preview", channel, (Row(request.id, request.escalations),), 1, 0, None)
     drawn = digest_message(digest, {request.id: request})
     yield "digest", "its row in a digest message (an approval storm)", outbound(drawn)

@@ -174,8 +174,10 @@ async def cmd_pending(args: argparse.Namespace, store: ApprovalStore, out: TextI
 
 
 def describe(request: ApprovalRequest, now: datetime) -> list[str]:
-    """The request as readable lines (arguments masked as in Slack)."""
+    """The request as readable lines (arguments masked as in Slack), its risk hints and the
+    parsed view of its shell command among them."""
     from bot.masking.masker import hidden_values, mask_arguments, mask_text
+    from bot.slack.render.risk_lines import parsed_texts, risk_texts
 
     cfg, event, d = request.config, request.event, request.decision
     hide = hidden_values(event.arguments, cfg.sensitivity)
@@ -192,6 +194,9 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
         + f", sensitivity {cfg.sensitivity}",
         "arguments:  " + block(arguments).replace("\n", "\n            "),
     ]
+    # The risk hints and the parsed view, masked as Slack shows them (render/risk_lines.py).
+    for name, text in risk_texts(request, tuple(hide)):
+        lines.append(f"risk:       {t(name)}" + (f": {t(text)}" if text else ""))
     for label, value in (
         ("command", mask_text(event.command or "", hide=hide)),
         ("path", event.path),
@@ -203,6 +208,8 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     ):
         if value:
             lines.append(f"{label + ':':<11} {t(value)}")
+    for n, line in enumerate(parsed_texts(request, tuple(hide))):
+        lines.append(f"{'parsed:' if n == 0 else '':<11} {t(line)}")
     if request.is_pending:
         proposal = request.proposal
         if proposal is not None:

@@ -12,8 +12,11 @@ other entries, so an `allow`/`deny` rule answers at once.
   {...}}` (the reviewer's edited arguments when they edited, else the arguments
   the reviewer saw) or `{"behavior": "deny", "message": "..."}`. Every failure
   (bad input, the service down, a timeout) is that deny: Claude Code reads it.
+  A deny's message names the risks the call was found to carry (the allow is only
+  Claude Code's two fields: nothing else is known to be read there).
 - `request_approval` asks about a named action (kind approval / choice / input,
-  options, sensitivity, deadline) and returns the decision as JSON.
+  options, sensitivity, deadline) and returns the decision as JSON, with the risks found
+  (`risks: [{code, text}]`, as reviewers were shown them).
 - `ask_human` asks the route's reviewers a free-text question; returns the answer.
 
 While a call waits, progress notifications go out every `progress_interval`
@@ -201,8 +204,17 @@ def decision_payload(approval: Approval | None) -> dict[str, Any]:
         "edited_arguments": _edited(approval),
         "decided_by": approval.decided_by,
         "summary": describe(approval),
+        # What the call was found to risk, as its reviewers were shown it.
+        "risks": [risk.model_dump() for risk in approval.risks],
     }
     return {k: v for k, v in payload.items() if v is not None}
+
+
+def risks_note(approval: Approval | None) -> str:
+    """A line for a deny's message: `Risks found: code: text; …` (empty without any)."""
+    if approval is None or not approval.risks:
+        return ""
+    return "\nRisks found: " + "; ".join(f"{r.code}: {r.text}" for r in approval.risks)
 
 
 def failure_payload(message: str) -> dict[str, Any]:
@@ -319,7 +331,7 @@ class ApprovalsServer:
         if approval is not None and approval.approved:
             # What the reviewer saw (or edited), never arguments nobody approved.
             return permission_allow(_edited(approval) or approval.arguments)
-        return permission_deny(describe(approval))
+        return permission_deny(describe(approval) + risks_note(approval))
 
     async def request_approval(
         self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]

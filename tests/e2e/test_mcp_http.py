@@ -190,7 +190,11 @@ async def test_a_lone_surrogate_over_http_is_read_and_asked(
         line[5:] for line in stream.splitlines() if line.startswith("data:") and '"id":2' in line
     ]
     payload = json.loads(json.loads(data)["result"]["content"][0]["text"])
-    assert payload == {"behavior": "deny", "message": "Denied by <@U0BOB>: no pipes to sh"}
+    assert payload == {
+        "behavior": "deny",
+        "message": "Denied by <@U0BOB>: no pipes to sh\nRisks found: pipe_to_shell: sh runs what "
+        "a pipe feeds it; unanalysable: sh: runs commands read from its input (pipe)",
+    }
 
 
 async def test_a_session_id_is_only_good_with_the_token_that_opened_it(

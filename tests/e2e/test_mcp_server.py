@@ -72,6 +72,10 @@ async def test_permission_prompt_allows_denies_and_reports_progress(
         denied = answer(await call)
         assert denied["behavior"] == "deny"
         assert "not the hosts file" in denied["message"]
+        assert denied["message"].endswith(
+            "\nRisks found: writes_sensitive_path: writes a system configuration file under "
+            "/etc: /etc/hosts"
+        )
         assert set(denied) == {"behavior", "message"}
 
 
@@ -114,6 +118,15 @@ async def test_request_approval_of_each_kind_and_ask_human(
         approved = answer(await call)
         assert approved["approved"] is True and approved["status"] == "approved"
         assert approved["decided_by"] == "U0REVIEWER"
+        assert approved["risks"] == []
+
+        # A shell command's risks come back with the answer, as reviewers were shown them.
+        call = await ask({"action": "Bash", "arguments": {"command": "timeout 5 rm -rf build"}})
+        request = await decide_next(ctx.service, "Bash", "deny", reason="not now")
+        assert [r.code for r in request.risks] == ["recursive_delete"]
+        denied = answer(await call)
+        assert denied["approved"] is False
+        assert denied["risks"] == [{"code": "recursive_delete", "text": "rm -r of build"}]
 
         call = await ask({"action": "pick_color", "kind": "choice", "options": ["blue", "green"]})
         await decide_next(ctx.service, "pick_color", selection="green")

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from approvals._internal.shell import command_of, explain, is_plain
 from approvals._internal.shell.parse import MAX_BYTES
 from approvals._internal.shell.view import parsed
-from approvals.models import ApprovalRequest, RiskHint
+from approvals.models import ApprovalRequest
 from bot.masking.masker import hidden_in, mask_text, shows_piece_of
 from bot.slack.render.text import clip_escaped, escape
 
@@ -78,34 +78,33 @@ TITLES = {
     "privilege": "runs as another user",
     "unanalysable": "could not be analysed",
 }
-_NOT_SHOWN = "(not shown: it would show part of a secret)"
+#: What stands for a line that would show a piece of a secret.
+NOT_SHOWN = "(not shown: it would show part of a secret)"
+#: What stands for the details of a risk under `secret` sensitivity.
+SECRET_NOTE = "(details hidden: a secret request)"
 
 
 def title(code: str) -> str:
     return TITLES.get(code, code.replace("_", " "))
 
 
-def _secret(v: _View) -> bool:
-    return v.req.config.sensitivity == "secret"
-
-
-def _command_text(v: _View) -> str:
+def _command_text(req: ApprovalRequest) -> str:
     """The command as the message shows it (a command line, or an argv list's words)."""
-    command = command_of(v.req.event)
+    command = command_of(req.event)
     if command is None:
         return ""
     return command if isinstance(command, str) else " ".join(command)
 
 
-def _hide(v: _View) -> tuple[str, ...]:
-    """The request's hidden values and what masking its command hides. A command past the
-    shell model's size cap is not analysed: nothing of it is drawn here, nothing to add."""
-    command = _command_text(v)
+def hide_with_command(req: ApprovalRequest, hide: tuple[str, ...]) -> tuple[str, ...]:
+    """`hide` (the values the request hides) and what masking its command hides. A command
+    past the shell model's size cap is not analysed: nothing of it is drawn, nothing to add."""
+    command = _command_text(req)
     if not command or len(command) > MAX_BYTES:
-        return v.hide
-    if len(command) + sum(map(len, v.hide)) > _CACHED_CHARS:
-        return (*v.hide, *hidden_in(command, hide=v.hide))
-    return _hide_for(v.hide, command)
+        return hide
+    if len(command) + sum(map(len, hide)) > _CACHED_CHARS:
+        return (*hide, *hidden_in(command, hide=hide))
+    return _hide_for(hide, command)
 
 
 #: Commands up to this long (with the values hidden) have what masking hides in them cached
@@ -125,48 +124,64 @@ def _masked(text: str, hide: tuple[str, ...]) -> str | None:
     return None if shows_piece_of(shown, hide) else shown
 
 
-def risk_lines(v: _View, hints: tuple[RiskHint, ...] | None = None) -> list[str]:
-    """One mrkdwn line per risk hint: `⚠️ *title*: text`, masked and escaped."""
-    hints = v.req.risks if hints is None else hints
-    if not hints:
+def risk_texts(req: ApprovalRequest, hide: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(title, what it touches) of each risk hint, masked (plain text): the title is the text's
+    own opening when it starts with it (`writes outside the working directory`, `/etc/x`);
+    under `secret` sensitivity each title once with a note instead."""
+    if not req.risks:
         return []
-    if _secret(v):
-        titles = dict.fromkeys(title(h.code) for h in hints)
-        return [f"⚠️ *{escape(t)}* _(details hidden: a secret request)_" for t in titles]
-    hide = _hide(v)
-    lines = []
-    for hint in hints:
+    if req.config.sensitivity == "secret":
+        titles = dict.fromkeys(title(h.code) for h in req.risks)
+        return [(t, SECRET_NOTE) for t in titles]
+    hide = hide_with_command(req, hide)
+    out = []
+    for hint in req.risks:
         name = title(hint.code)
         text = hint.text
         if text.lower().startswith(name.lower()):  # "writes outside the working directory: p"
             name, text = text[: len(name)], text[len(name) :].lstrip(" :")
         masked = _masked(text, hide)
-        shown = clip_escaped(masked, 400) if masked is not None else _NOT_SHOWN
-        lines.append(f"⚠️ *{escape(name)}*" + (f": {shown}" if shown else ""))
+        out.append((name, masked if masked is not None else NOT_SHOWN))
+    return out
+
+
+def parsed_texts(req: ApprovalRequest, hide: tuple[str, ...]) -> list[str]:
+    """The parsed view, one masked line per simple command (plain text, each within
+    `MAX_PARSED_LINE`); empty when the request has no shell command, under `secret`
+    sensitivity, or when it says no more than the command text (`_as_written`)."""
+    if req.config.sensitivity == "secret":
+        return []
+    command = command_of(req.event)
+    if command is None or _as_written(command):
+        return []
+    lines = explain(command, req.event.cwd)
+    hide = hide_with_command(req, hide)
+    out = []
+    for line in lines[:MAX_DETAILS_PARSED]:
+        masked = _masked(line, hide)
+        shown = masked if masked is not None else NOT_SHOWN
+        if len(shown) > MAX_PARSED_LINE:
+            shown = shown[: MAX_PARSED_LINE - 1] + "…"
+        out.append(shown)
+    if len(lines) > MAX_DETAILS_PARSED:
+        out.append(f"… {len(lines) - MAX_DETAILS_PARSED:,} more commands")
+    return out
+
+
+def risk_lines(v: _View) -> list[str]:
+    """One mrkdwn line per risk hint: `⚠️ *title*: text`, masked and escaped."""
+    lines = []
+    for name, text in risk_texts(v.req, v.hide):
+        if text == SECRET_NOTE:
+            lines.append(f"⚠️ *{escape(name)}* _{escape(text)}_")
+        else:
+            lines.append(f"⚠️ *{escape(name)}*" + (f": {clip_escaped(text, 400)}" if text else ""))
     return lines
 
 
 def parsed_lines(v: _View) -> list[str]:
-    """The parsed view, one masked line per simple command (escaped for a code block); empty
-    when the request has no shell command, under `secret` sensitivity, or when it says no
-    more than the command text."""
-    if _secret(v):
-        return []
-    command = command_of(v.req.event)
-    if command is None or _as_written(command):
-        return []
-    lines = explain(command, v.req.event.cwd)
-    hide = _hide(v)
-    out = []
-    for line in lines[:MAX_DETAILS_PARSED]:
-        masked = _masked(line, hide)
-        shown = masked if masked is not None else _NOT_SHOWN
-        if len(shown) > MAX_PARSED_LINE:
-            shown = shown[: MAX_PARSED_LINE - 1] + "…"
-        out.append(escape(shown.replace("```", "`\u200b`\u200b`")))
-    if len(lines) > MAX_DETAILS_PARSED:
-        out.append(f"… {len(lines) - MAX_DETAILS_PARSED:,} more commands")
-    return out
+    """The parsed view's lines, escaped for a code block."""
+    return [escape(line.replace("```", "`\u200b`\u200b`")) for line in parsed_texts(v.req, v.hide)]
 
 
 def _as_written(command: str | tuple[str, ...]) -> bool:

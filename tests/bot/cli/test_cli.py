@@ -109,6 +109,31 @@ async def test_show_text_masks_secrets_and_json_is_the_approval_object(
     assert json.loads(capsys.readouterr().out) == approval_object(request)
 
 
+async def test_show_prints_the_risks_and_the_parsed_view_masked(
+    cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: `show` prints each risk and the parsed view, masked as Slack shows them; the
+    JSON is the approval object, its `risks` the same list."""
+    token = "ghp_" + "Zq8" * 12
+    command = f"CI=1 timeout 5 env GITHUB_TOKEN={token} rm -fr build"
+    event = ApprovalEvent(
+        kind="command", tool_name="Bash", arguments={"command": command}, command=command,
+        cwd="/srv/app", session_id="s-1",
+    )  # fmt: skip
+    request = await ctx.service.submit(event)
+    assert await cli("show", request.id) == 0
+    text = capsys.readouterr().out
+    assert "risk:       recursive delete: rm -r of build\n" in text
+    (parsed,) = [line for line in text.splitlines() if line.startswith("parsed:")]
+    assert parsed.startswith(
+        "parsed:     rm -f -r build   (via timeout 5, env; with CI=1 GITHUB_TOKEN=••••"
+    )
+    assert token not in text and token[4:16] not in text
+    assert await cli("show", request.id, "--json") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["risks"] == [{"code": "recursive_delete", "text": "rm -r of build"}]
+
+
 #: Characters that let a crafted value rewrite what an operator sees on a terminal.
 CRAFTED = "\r\x1b[2K\x1b[1A\x07\b\u202e\u2028\x9b"
 

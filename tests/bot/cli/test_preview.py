@@ -70,6 +70,25 @@ def test_a_tool_call_is_drawn_in_every_part_masked(
     assert found["review"]["payload"]["type"] == "modal"
 
 
+def test_a_shell_call_shows_its_risks_and_parsed_view_and_the_details_dialog(
+    no_config: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: the risk lines and the parsed view, on the message and in Details."""
+    command = f"CI=1 timeout 5 env GH_TOKEN={GHP} rm -fr build"
+    found = run_json(capsys, "--tool", "Bash", "--args", json.dumps({"command": command}))
+    assert list(found) == ["message", "details", "digest", "deny", "edit", "review"]
+    for name in ("message", "details", "review"):
+        text = json.dumps(found[name]["payload"], ensure_ascii=False)
+        assert "⚠️ *recursive delete*: rm -r of build" in text, name
+        assert "rm -f -r build   (via timeout 5, env; with CI=1 GH_TOKEN=••••••" in text, name
+        assert GHP not in text and GHP not in unquote(found[name]["builder_url"])
+    assert "⚠️ 1 risk: recursive delete" in json.dumps(found["digest"], ensure_ascii=False)
+    assert main(["preview", "--tool", "Bash", "--args", json.dumps({"command": command})]) == 0
+    plain = capsys.readouterr().out
+    assert "⚠️ *recursive delete*: rm -r of build" in plain
+    assert "== details: the Details dialog (views.open)" in plain
+
+
 def test_the_parts_are_the_bots_own_payloads(no_config: None) -> None:
     """Exactly what the bot sends: the renderers' output through the outbound masker."""
     from approvals._internal.policy_file import default_policy
