@@ -17,6 +17,10 @@ everyday
   `a | a | …`); the bound is what matters there: the time spent on the event loop is capped
   by the size cap, the parse budget and the walk's node and command caps
   (approvals/_internal/shell/parse.py).
+- `risks`: what finding a request's risk hints costs at create (`draft_request` with and
+  without them, nothing cached: a non-shell tool, every everyday command, hostile inputs
+  of 31 KB and 100 KB) and drawing a message with its risk lines and parsed view (cold and
+  warm, against the same request without risk lines).
 - `hook`: a policy-answered hook call through `approval-bot serve` (own process, Slack off,
   embedded Redis): sequential `POST /hooks/claude-code` of a Bash PreToolUse on one
   keep-alive connection; wall time per call and the bot's CPU time per call. `--tree`
@@ -223,6 +227,111 @@ def _cols(a: Sequence[float], e: Sequence[float]) -> list[Any]:
     sa, se = summarize_ms(a) if a else {}, summarize_ms(e) if e else {}
     return [sa.get("p50_ms"), sa.get("p99_ms"), sa.get("max_ms"),
             se.get("p50_ms"), se.get("p99_ms"), se.get("max_ms")]  # fmt: skip
+
+
+# -- risks at create, and drawing them ----------------------------------------------------
+
+
+def part_risks(rounds: int) -> dict[str, Any]:
+    """What issue 33's risk hints cost: `draft_request` (what `ApprovalService.create` runs
+    on the event loop) with and without finding the risks, for a non-shell tool, the
+    everyday commands and hostile ones; then the message drawn with risk lines and the
+    parsed view, against the same request drawn without them."""
+    from datetime import UTC, datetime
+    from unittest.mock import patch
+
+    from approvals._internal import service as service_module
+    from approvals._internal.policy import Policy
+    from approvals._internal.service import draft_request
+    from approvals._internal.shell import view
+    from approvals.models import ApprovalEvent
+    from bot.masking.masker import clear_cache
+    from bot.slack.render import risk_lines
+    from bot.slack.render.request_message import request_message
+
+    now = datetime.now(UTC)
+    policies = {"default policy": Policy(), "example policy": example_policy()}
+    everyday = [c for name, cases in corpora().items() if name != "evasions" for c, _ in cases]
+    tool = ApprovalEvent(tool_name="deploy", arguments={"env": "prod", "replicas": 3})
+    cases: dict[str, list[Any]] = {
+        "non-shell tool": [tool],
+        f"everyday ({len(everyday)} commands)": [event(c) for c in everyday],
+        "CI=1 timeout 5 env rm -fr build": [event("CI=1 timeout 5 env rm -fr build")],
+        **{f"{k // 1024} KB {shape}": [event(text)]
+           for k in (31 * 1024, 100 * 1024)
+           for shape, text in hostile(k).items()
+           if shape in ("pipe chain (a | a | …)", "syntax-error soup", "; chain")},
+    }  # fmt: skip
+    figures: dict[str, Any] = {}
+    rows = []
+    for policy_name, policy in policies.items():
+
+        def draft(item: Any, policy: Any = policy) -> None:
+            view._cached.cache_clear()  # nothing cached: a new command
+            draft_request(policy, item, now=now)
+
+        for name, events in cases.items():
+            repeat = rounds if len(events) > 1 else rounds * 20
+            with_risks = each(draft, events, repeat)
+            with (
+                patch.object(service_module, "request_risks", lambda e, a=None: ()),
+                patch.object(service_module, "shell_analysis", lambda e: None),
+            ):
+                without = each(draft, events, repeat)
+            a, b = summarize_ms(without), summarize_ms(with_risks)
+            figures[f"{policy_name}: {name}"] = {"without_risks": a, "with_risks": b}
+            rows.append([policy_name, name, a["p50_ms"], a["max_ms"], b["p50_ms"], b["max_ms"]])
+    print("draft_request (ApprovalService.create's part on the event loop), CPU ms, the parse")
+    print("cache emptied before each call; without: no risks found and the command parsed only")
+    print("if a rule asks (as before issue 33's risks)")
+    print(table(["policy", "input", "without p50", "max", "with risks p50", "max"], rows))
+    # Drawing the message.
+    draw_rows = []
+    drawn = {
+        "non-shell tool": draft_request(Policy(), tool, now=now)[0],
+        "Bash, 1 risk + parsed view": draft_request(
+            Policy(), event("CI=1 timeout 5 env rm -fr build"), now=now
+        )[0],
+        "Bash, 8 risks + 11 commands": draft_request(
+            Policy(),
+            event(" && ".join(
+                [f"timeout 5 rm -rf d{i}" for i in range(3)]
+                + [f"git push -f origin b{i}" for i in range(2)]
+                + [f"nice make t{i}" for i in range(6)]
+            )),
+            now=now,
+        )[0],
+        "Bash, 31 KB ; chain": draft_request(
+            Policy(), event(hostile(31 * 1024)["; chain"]), now=now
+        )[0],
+    }  # fmt: skip
+    for name, request in drawn.items():
+
+        def cold(req: Any) -> None:
+            clear_cache()
+            view._cached.cache_clear()
+            request_message(req)
+
+        samples = {
+            "cold": each(cold, [request], rounds * 50),
+            "warm": each(request_message, [request], rounds * 50),
+        }
+        with (
+            patch.object(risk_lines, "risk_blocks", lambda v: []),
+            patch.object(risk_lines, "parsed_blocks", lambda v: []),
+        ):
+            samples["cold, without"] = each(cold, [request], rounds * 50)
+        figures[f"draw: {name}"] = {k: summarize_ms(v) for k, v in samples.items()}
+        draw_rows.append(
+            [name, *(summarize_ms(v)["p50_ms"] for v in samples.values()),
+             summarize_ms(samples["cold"])["max_ms"]]
+        )  # fmt: skip
+    print("request_message: CPU ms (cold: the masking and parse caches emptied first, as for a")
+    print("new request's post; warm: its update or App Home redraw; without: no risk lines and")
+    print("no parsed view drawn, as before issue 33's risks)")
+    print(table(["request", "cold p50", "warm p50", "cold without p50", "cold max"], draw_rows))
+    print()
+    return figures
 
 
 # -- the hook endpoint -----------------------------------------------------------------------
@@ -454,7 +563,7 @@ def part_parsers() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["all", "corpus", "parse", "hook", "parsers"],
+    parser.add_argument("--part", choices=["all", "corpus", "parse", "risks", "hook", "parsers"],
                         default="all")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the everyday commands")
     parser.add_argument("--calls", type=int, default=2000, help="hook calls timed")
@@ -466,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["corpus"] = part_corpus()
     if args.part in ("all", "parse"):
         result["parse"] = part_parse(args.rounds)
+    if args.part in ("all", "risks"):
+        result["risks"] = part_risks(args.rounds)
     if args.part in ("all", "hook"):
         with redis_server(None, embedded=True) as url:
             result["hook"] = part_hook(args.tree.resolve(), args.rules, args.calls, url)

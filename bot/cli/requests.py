@@ -208,7 +208,7 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
     ):
         if value:
             lines.append(f"{label + ':':<11} {t(value)}")
-    for n, line in enumerate(parsed_texts(request, tuple(hide))):
+    for n, line in enumerate(parsed_texts(request, tuple(hide)) or []):
         lines.append(f"{'parsed:' if n == 0 else '':<11} {t(line)}")
     if request.is_pending:
         proposal = request.proposal

@@ -160,11 +160,23 @@ def mask_text(text: str, *, hide: Iterable[str] = ()) -> str:
 def hidden_in(text: str, *, hide: Iterable[str] = ()) -> tuple[str, ...]:
     """What masking `text` would hide (normalised): each piece the rules find, and each of
     `hide` found in it. A text drawn from `text` (a command's parsed view, a risk line) is
-    masked with these too, so what the command shows masked is never shown plain beside it."""
+    masked with these too, so what the command shows masked is never shown plain beside it.
+    Cached as `mask_text` is (a request is drawn again for its update, App Home, …)."""
+    hidden = hide if isinstance(hide, tuple) else tuple(hide)
+    if len(text) > CACHE_MAX_LEN or sum(map(len, hidden)) > CACHE_MAX_LEN:
+        found: tuple[str, ...] = _LARGE.get(("hidden", text, hidden), lambda: _hidden(text, hidden))
+        return found
+    return _hidden_cached(text, hidden)
+
+
+def _hidden(text: str, hide: tuple[str, ...]) -> tuple[str, ...]:
     norm, _ = normalise(text)
     found = [norm[start:end] for start, end, _ in find(norm)]
     found += [literal for literal in _literals(hide) if literal in norm]
     return tuple(dict.fromkeys(found))
+
+
+_hidden_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_hidden)
 
 
 #: A run of this many characters of a hidden secret (or of its letters and digits) shown in
@@ -255,6 +267,7 @@ _mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)
 def clear_cache() -> None:
     """Forget every cached answer (benchmarks measure masking afresh with it)."""
     _mask_text_cached.cache_clear()
+    _hidden_cached.cache_clear()
     _spread_texts_cached.cache_clear()
     _LARGE.clear()
     is_secret_name.cache_clear()

@@ -78,7 +78,11 @@ def explain(command: str | Sequence[str] | None, cwd: str | None = None) -> list
     `rm -f -r build` shows behind `CI=1 timeout 5 env rm -fr build`), then what could not
     be analysed."""
     key = command if command is None or isinstance(command, str) else tuple(command)
-    parsed_command = parsed(key)
+    return lines_of(parsed(key))
+
+
+def lines_of(parsed_command: ParsedCommand) -> list[str]:
+    """`explain`'s lines of a command parsed already."""
     lines = [c.line() for c in parsed_command.commands]
     lines += [f"UNANALYSABLE: {p}" for p in parsed_command.problems]
     return lines

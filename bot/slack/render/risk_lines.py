@@ -24,12 +24,11 @@ out as `-p -H -u -n …` of `-pHunter2`) is not shown. Under
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol
 
-from approvals._internal.shell import command_of, explain, is_plain
+from approvals._internal.shell import ParsedCommand, command_of, is_plain
 from approvals._internal.shell.parse import MAX_BYTES
-from approvals._internal.shell.view import parsed
+from approvals._internal.shell.view import CACHE_MAX_CHARS, lines_of, parsed
 from approvals.models import ApprovalRequest
 from bot.masking.masker import hidden_in, mask_text, shows_piece_of
 from bot.slack.render.text import clip_escaped, escape
@@ -59,6 +58,10 @@ INLINE_HOME_RISKS = 3
 MAX_PARSED_LINE = 500
 #: Parsed-view lines the Details modal shows at most.
 MAX_DETAILS_PARSED = 300
+#: Commands up to this long have their parsed view on the message (they are in the shell
+#: model's parse cache: drawing the message again parses nothing); a longer one's is in the
+#: Details modal only.
+INLINE_PARSE_CHARS = CACHE_MAX_CHARS
 
 #: How each risk code reads to a reviewer (a code not listed reads as itself).
 TITLES = {
@@ -97,23 +100,12 @@ def _command_text(req: ApprovalRequest) -> str:
 
 
 def hide_with_command(req: ApprovalRequest, hide: tuple[str, ...]) -> tuple[str, ...]:
-    """`hide` (the values the request hides) and what masking its command hides. A command
-    past the shell model's size cap is not analysed: nothing of it is drawn, nothing to add."""
+    """`hide` (the values the request hides) and what masking its command hides (cached by the
+    masker). A command past the shell model's size cap is not analysed: nothing of it is
+    drawn, nothing to add."""
     command = _command_text(req)
     if not command or len(command) > MAX_BYTES:
         return hide
-    if len(command) + sum(map(len, hide)) > _CACHED_CHARS:
-        return (*hide, *hidden_in(command, hide=hide))
-    return _hide_for(hide, command)
-
-
-#: Commands up to this long (with the values hidden) have what masking hides in them cached
-#: (a request is drawn for its post, its update, App Home and reminders).
-_CACHED_CHARS = 8192
-
-
-@functools.lru_cache(maxsize=256)
-def _hide_for(hide: tuple[str, ...], command: str) -> tuple[str, ...]:
     return (*hide, *hidden_in(command, hide=hide))
 
 
@@ -145,16 +137,25 @@ def risk_texts(req: ApprovalRequest, hide: tuple[str, ...]) -> list[tuple[str, s
     return out
 
 
-def parsed_texts(req: ApprovalRequest, hide: tuple[str, ...]) -> list[str]:
+def parsed_texts(
+    req: ApprovalRequest, hide: tuple[str, ...], *, most_chars: int | None = None
+) -> list[str] | None:
     """The parsed view, one masked line per simple command (plain text, each within
     `MAX_PARSED_LINE`); empty when the request has no shell command, under `secret`
-    sensitivity, or when it says no more than the command text (`_as_written`)."""
+    sensitivity, or when it says no more than the command text (`_as_written`). None for a
+    command longer than `most_chars`: not parsed here (the message and App Home leave a
+    long command's parsed view to the Details modal, so drawing them never parses one)."""
     if req.config.sensitivity == "secret":
         return []
     command = command_of(req.event)
-    if command is None or _as_written(command):
+    if command is None:
         return []
-    lines = explain(command, req.event.cwd)
+    if most_chars is not None and len(_command_text(req)) > most_chars:
+        return None
+    found = parsed(command)
+    if _as_written(command, found):
+        return []
+    lines = lines_of(found)
     hide = hide_with_command(req, hide)
     out = []
     for line in lines[:MAX_DETAILS_PARSED]:
@@ -179,16 +180,20 @@ def risk_lines(v: _View) -> list[str]:
     return lines
 
 
-def parsed_lines(v: _View) -> list[str]:
-    """The parsed view's lines, escaped for a code block."""
-    return [escape(line.replace("```", "`\u200b`\u200b`")) for line in parsed_texts(v.req, v.hide)]
+def parsed_lines(v: _View, *, most_chars: int | None = None) -> list[str] | None:
+    """The parsed view's lines, escaped for a code block (None: a command too long to parse
+    here, see `parsed_texts`)."""
+    texts = parsed_texts(v.req, v.hide, most_chars=most_chars)
+    if texts is None:
+        return None
+    return [escape(line.replace("```", "`\u200b`\u200b`")) for line in texts]
 
 
-def _as_written(command: str | tuple[str, ...]) -> bool:
-    """Whether the parsed view would say no more than the command text: every simple command
-    plain (`is_plain`: no wrapper, redirection, substitution, …) with its words as written (no
-    quotes, escapes or expansions: `ls -la src && git status` yes, `rm '-rf' b` no)."""
-    found = parsed(command)
+def _as_written(command: str | tuple[str, ...], found: ParsedCommand) -> bool:
+    """Whether the parsed view of `command` (`found`) would say no more than its text: every
+    simple command plain (`is_plain`: no wrapper, redirection, substitution, …) with its words
+    as written (no quotes, escapes or expansions: `ls -la src && git status` yes, `rm '-rf' b`
+    no)."""
     if not found.analysable or found.assignments or found.functions:
         return False
     for c in found.commands:
@@ -217,11 +222,15 @@ def risk_blocks(v: _View) -> list[Block]:
 
 
 def parsed_blocks(v: _View) -> list[Block]:
-    """The message's parsed view under the command: the first `INLINE_PARSED` lines."""
-    lines = parsed_lines(v)
+    """The message's parsed view under the command: the first `INLINE_PARSED` lines; for a
+    command longer than `INLINE_PARSE_CHARS`, a pointer to the Details modal."""
+    lines = parsed_lines(v, most_chars=INLINE_PARSE_CHARS)
+    head = "*As the shell runs it:*\n"
+    if lines is None:
+        size = len(_command_text(v.req))
+        return [_section(f"{head}_a command of {size:,} characters: in *Details*_")]
     if not lines:
         return []
-    head = "*As the shell runs it:*\n"
     shown = lines[:INLINE_PARSED]
     more = len(lines) - len(shown)
     tail = f"\n_… {more:,} more: *Details*_" if more else ""
@@ -249,7 +258,7 @@ def details_blocks(v: _View, budget: int) -> list[Block]:
         text = _fit_lines(lines, 3000)
         blocks.append(_section(text))
         lines = lines[text.count("\n") + 1 :]
-    parsed = parsed_lines(v)
+    parsed = parsed_lines(v) or []
     head = "*As the shell runs it:*\n"
     while parsed and len(blocks) < budget:
         body = _fit_lines(parsed, 3000 - len(head) - 8)

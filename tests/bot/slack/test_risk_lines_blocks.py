@@ -14,6 +14,7 @@ from slack_sdk.models.views import View
 
 from approvals._internal.policy import Policy
 from approvals._internal.service import draft_request
+from approvals._internal.shell.parse import MAX_COMMANDS
 from approvals._internal.store.digests import Digest, Row
 from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest, CallContext
 from bot.slack import action_ids as ids
@@ -130,6 +131,23 @@ def test_many_risks_and_commands_are_capped_on_the_message_and_whole_in_details(
     shown = [line for t in details for line in t.split("\n") if line.startswith("⚠️")]
     assert len(shown) == len(req.risks)
     assert len([ln for t in details for ln in code_lines(t)]) == len(parts)
+
+
+def test_a_long_commands_parsed_view_is_left_to_details() -> None:
+    """Past the shell model's parse cache, the message and App Home do not parse the command
+    again each time they are drawn: the parsed view is in the Details modal."""
+    command = "; ".join(f"timeout 5 make target-{i:05d}" for i in range(400))
+    assert len(command) > risk_lines.INLINE_PARSE_CHARS
+    req = bash(command)
+    texts = sections(rm.request_message(req)["blocks"])
+    note = texts[index_of(texts, "*As the shell runs it:*")]
+    assert (
+        note == f"*As the shell runs it:*\n_a command of {len(command):,} characters: in *Details*_"
+    )
+    details = sections(modals.details_modal(req)["blocks"])
+    lines = [line for t in details for line in code_lines(t)]
+    assert lines[0] == "make target-00000   (via timeout 5)"
+    assert len(lines) == MAX_COMMANDS + 1 and lines[-1].startswith("UNANALYSABLE: more than")
 
 
 def test_a_hostile_command_stays_within_slack_limits() -> None:
