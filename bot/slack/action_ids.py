@@ -3,7 +3,7 @@
 Every decision control carries the request id and the version of the arguments it was
 drawn on (`control_value`: `<id>@<version>`, the id alone for the agent's own arguments);
 a listener passes that version on, so a control drawn before a reviewer's edit records
-nothing (docs/security.md). Choice buttons need distinct
+nothing (docs/operating/security.md). Choice buttons need distinct
 action ids inside one actions block, so each is `approval_choose:<index>`;
 listeners register them with `CHOOSE_PATTERN` and read the index back with
 `choice_index`. The static select (more than five options) uses one action id
