@@ -1,4 +1,4 @@
-"""Benchmark: the shell-aware policy (issue 33) — what parsing and judging a command costs.
+"""Benchmark: the shell-aware policy — what parsing and judging a command costs.
 
     .venv/bin/python -m bench.bench_shell                      # corpus, parse, hook
     .venv/bin/python -m bench.bench_shell --part parse         # one part

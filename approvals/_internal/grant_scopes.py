@@ -54,7 +54,7 @@ _BLANKS = re.compile(r"[ \t]+")
 
 #: Programs (and shell words) that run whatever follows them: a prefix grant on one would
 #: allow any command at all, so none is offered. Until commands are read with a shell
-#: grammar (issue 31, the policy issue), this list is the whole of that judgement; a name
+#: grammar, this list is the whole of that judgement; a name
 #: with a version suffix (`python3.12`, `perl5.36`) counts as its base name.
 RUNS_ANYTHING: dict[str, str] = {
     # Another user, or another root.

@@ -5,7 +5,8 @@
 audited with `via=cli`, and queues the Slack message update. `request` asks through an
 `ApprovalClient` (the bot's HTTP API when `APPROVALS_URL` is set, else Redis).
 
-`approve` and `deny` decide the version of the arguments `show` printed (docs/operating/security.md):
+`approve` and `deny` decide the version of the arguments `show` printed
+(docs/operating/security.md):
 `--version original` (the agent's own arguments) or an edit's version. Without `--version`
 a request a reviewer edited is refused (run `show`, check the edit, pass its version); an
 unedited one is decided as the agent asked it. A version no longer current (edited

@@ -4,7 +4,7 @@ Without these, a connection that sends nothing (or half a request, or a body one
 time) is kept for an hour (aiohttp's keep-alive default), and enough of them use up the
 process's files: past `RLIMIT_NOFILE` the event loop cannot accept a hook's connection any
 more (uvloop then accepts and closes what waits), and Claude Code's http hook, failing to
-connect, by default runs the tool (issue 31, item 6; `bench/bench_idle.py` measures it).
+connect, by default runs the tool (`bench/bench_idle.py` measures it).
 So:
 
 - **Header timeout.** A new connection has `header_timeout` seconds (10) to send a whole

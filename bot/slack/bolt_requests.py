@@ -3,7 +3,7 @@
 slack-bolt's own aiohttp converter (`slack_bolt.adapter.aiohttp.to_bolt_request`)
 parses an interaction's form body (`payload=<url-encoded JSON>`, a few KB: the
 message with all its blocks) with `urllib.parse.parse_qsl`, whose percent-decoding
-is a Python loop over every escape: measured (issue 13) about 3 % of the bot's CPU
+is a Python loop over every escape: measured about 3 % of the bot's CPU
 per approval cycle. `to_bolt_request` here gives the same request — the raw body
 kept for bolt's signature check, the same parsed body and context — decoding
 well-formed escapes with the `unicode_escape` codec; anything else (non-ASCII

@@ -10,7 +10,7 @@ credential fields (`CREDENTIAL_FIELDS`: `token`, which slack_sdk's `apps_connect
 sets to the app-level token and moves into the `Authorization` header, and OAuth's
 `client_id` / `client_secret` / `code` / `refresh_token`) go out as they came, and so do the
 headers and `auth`. Masking them sent Slack `Bearer ••••••(64+ chars)` for a real
-`xapp-1-…` token: `invalid_auth`, and Socket Mode never connected (issue 31).
+`xapp-1-…` token: `invalid_auth`, and Socket Mode never connected.
 
 `post_json` is the dispatcher's way for chat.postMessage and chat.update (two calls of
 every request): one JSON POST over the client's session, answered as slack_sdk answers

@@ -262,7 +262,7 @@ async def raw_call(
 
 
 def masked(token: str) -> str:
-    """`token` as the masker used to send it (issue 31)."""
+    """`token` as the masker used to send it."""
     return f"••••••({'64+' if len(token) > 63 else '32-63'} chars)"
 
 

@@ -91,7 +91,7 @@ def test_a_prefix_grant_never_allows_more_than_one_plain_command(
     assert not prefix.allows(bash(f"npm test {head}{syntax}{tail}"))
 
 
-#: Issue 31, item 1: commands that run whatever follows them, spelled as a path or after an
+#: Commands that run whatever follows them, spelled as a path or after an
 #: assignment. None of them may be offered a prefix grant.
 WRAPPED = (
     "/usr/bin/env -i ls",
@@ -202,7 +202,7 @@ tails = st.lists(st.one_of(words, programs, st.sampled_from(sorted(ORACLE_SYNTAX
 def test_a_prefix_grant_allows_only_the_approved_program_and_words(
     first: str, rest: list[str], keep: int, tail: list[str], noise: str
 ) -> None:
-    """Issue 31, item 1: for any approved command and any later command its prefix grant
+    """For any approved command and any later command its prefix grant
     allows, the later command runs the approved program with the approved leading words, and
     has no shell control characters."""
     approved = " ".join([first, *rest])

@@ -177,7 +177,7 @@ async def test_approve_goes_through_the_cas_is_audited_and_queues_the_slack_upda
 async def test_approve_and_deny_are_bound_to_the_version_shown(
     cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 31, item 3: the CLI decides the version `show` printed. An edited request needs
+    """The CLI decides the version `show` printed. An edited request needs
     `--version`; a version that is no longer current records nothing."""
     from approvals._internal.policy_file import parse_policy
     from approvals._internal.service import Actor, ApprovalService
@@ -901,7 +901,7 @@ async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
 async def test_request_allow_for_session_lets_the_reviewer_approve_the_session(
     cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`request --allow-for-session` (issue 15: the flag was missing): the request offers the
+    """`request --allow-for-session`: the request offers the
     reviewer "approve for the session"; without the flag it does not."""
     for flag in (("--allow-for-session",), ()):
         args = ("request", "--tool", f"deploy{len(flag)}", "--session-id", "s-7", "--wait", "0")
