@@ -2,19 +2,11 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-A policy names *routes* (a Slack channel, its reviewers, quorum, deadline and
-what happens at the deadline) and *rules* (what to match, then `allow`,
-`deny` or `ask` on a route). Every rule that matches an event is folded with
-`merge_outcomes` (deny > ask > allow, the winning rank's reasons joined by a
-blank line); no match asks on the `default` route. Name patterns (`tool`,
-`agent`, `session`) are globs matched against the whole name, or regexes
-searched in it when written `/…/`; argument patterns are always regexes
-searched in the argument's text. `command` and `risks` match the parsed shell
-command (`approvals/_internal/shell/matching.py`): an allow rule needs every simple
-command to match, ask and deny any; an unanalysable command never matches an allow
-rule and always an ask rule. `approvals._internal.policy_file` reads a file and
-checks cross-references (route names, escalation chains, rule names).
-Pure: no Redis, no Slack, no environment.
+A `Policy` names routes (a channel, its reviewers, quorum, deadline and what happens then)
+and rules (a `Match`, then `allow`, `deny` or `ask` on a route); `Policy.evaluate` folds every
+matching rule (`merge_outcomes`: deny > ask > allow), and no match asks on the `default` route.
+`approvals._internal.policy_file` reads a file. Pure: no Redis, no Slack, no environment. How
+patterns and shell commands match: docs/ARCHITECTURE.md, "The policy".
 """
 
 from __future__ import annotations

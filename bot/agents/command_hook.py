@@ -1,20 +1,11 @@
 """`approval-bot hook claude-code|codex`: the command hook. Exit 0 with a decision; a deny when
 in doubt.
 
-Claude Code and Codex read a command hook's JSON only when it exits 0, take
-exit status 2 as a blocking error (the call is denied, stderr is the reason),
-and any other status — 1, a crash, death by a signal — as "no opinion" (the
-tool may run). So this command exits 0 and prints a decision for every
-PreToolUse / PermissionRequest event — a deny for input it cannot read, bad
-configuration, an unreachable bot, a conflict, a timeout, or a SIGTERM /
-SIGINT before the decision ("the hook was stopped before a decision") — and
-nothing at all for events it does not gate (PostToolUse, UserPromptSubmit,
-Stop, …). The answer is written as ASCII bytes (`\\u` escapes), so no
-encoding of stdout (`PYTHONIOENCODING=cp1252`, a Windows pipe) can refuse it;
-when stdout cannot take it at all (closed, a reader gone: EPIPE), the call is
-denied the other way the agents read, exit 2 with the reason on stderr.
-Problems are also told on stderr, in one line, never as a traceback; nothing
-written to stderr can raise (`say`).
+Every PreToolUse / PermissionRequest event gets a decision on stdout, written as ASCII JSON
+(a deny for bad input or configuration, an unreachable bot, a conflict, a timeout, a SIGTERM
+or SIGINT before the decision); other events get nothing. When stdout cannot take it, exit 2
+with the reason on stderr. Problems are one line on stderr, never a traceback (`say`). Why:
+docs/ARCHITECTURE.md, "Hooks answer every call" and "The command hook".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """`approval-bot pending | show | approve | deny | audit | request`: requests from a terminal.
 
-`pending`, `show`, `approve`, `deny` and `audit` work on the bot's Redis (an
-`ApprovalStore`): a decision goes through the same compare-and-set as a Slack click, is
-audited with `via=cli`, and queues the Slack message update. `request` asks through an
-`ApprovalClient` (the bot's HTTP API when `APPROVALS_URL` is set, else Redis).
-
-`approve` and `deny` decide the version of the arguments `show` printed
-(docs/operating/security.md):
-`--version original` (the agent's own arguments) or an edit's version. Without `--version`
-a request a reviewer edited is refused (run `show`, check the edit, pass its version); an
-unedited one is decided as the agent asked it. A version no longer current (edited
-meanwhile) records nothing: exit 1.
-
-Exit status: 0 done (or approved), 1 refused (unknown id, already decided, denied, edited
-since the version given), 2 usage, configuration or connection problem (and timeouts).
+`pending`, `show`, `approve`, `deny` and `audit` work on the bot's Redis: a decision goes
+through the same compare-and-set as a Slack click (audited `via=cli`), for the version of the
+arguments `show` printed (`--version original` or an edit's; without it an edited request is
+refused). `request` asks through an `ApprovalClient`. Exit status: 0 done (or approved), 1
+refused (unknown id, already decided, denied, edited since the version given), 2 usage,
+configuration or connection problem (and timeouts).
 """
 
 from __future__ import annotations
