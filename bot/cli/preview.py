@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote
 
 from bot.cli.connect import CliError, on_store, policy_for, run_async
+from bot.cli.requests import add_call_arguments
 
 if TYPE_CHECKING:
     from approvals.models import ApprovalRequest
@@ -45,19 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("id", nargs="?", help="an existing request (read from the bot's Redis)")
     p.add_argument("--tool", help="the tool name of a call to draw (instead of an id)")
-    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
-    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
-    p.add_argument("--options", help="comma-separated options, for --kind choice")
-    p.add_argument("--prompt")
-    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
-    p.add_argument("--session-id")
-    p.add_argument("--agent", default="cli")
-    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
-    p.add_argument(
-        "--allow-for-session",
-        action="store_true",
-        help="offer approve-for-session (needs --session-id)",
-    )
+    add_call_arguments(p)
     p.add_argument(
         "--part", choices=PARTS, action="append", help="only this part (repeatable; default all)"
     )

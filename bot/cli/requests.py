@@ -88,21 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     p = sub.add_parser("request", help="ask for an approval from a shell script")
     p.add_argument("--tool", required=True)
-    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
-    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
-    p.add_argument("--options", help="comma-separated options, for --kind choice")
-    p.add_argument("--prompt")
-    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
+    add_call_arguments(p)
     p.add_argument("--deadline", type=positive_duration, help="the reviewers' deadline, e.g. 30m")
     p.add_argument("--call-id", help="retrying with the same id finds the same request")
-    p.add_argument("--session-id")
-    p.add_argument("--agent", default="cli")
-    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
-    p.add_argument(
-        "--allow-for-session",
-        action="store_true",
-        help="let the reviewer also approve later calls of this session (needs --session-id)",
-    )
     p.add_argument(
         "--wait",
         type=duration,
@@ -112,6 +100,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="print the approval object")
     for name in ("pending", "show", "approve", "deny", "audit", "request"):
         sub.choices[name].set_defaults(run=run)
+
+
+def add_call_arguments(p: argparse.ArgumentParser) -> None:
+    """What a call asks and how it is reviewed, as `request` and `preview` take them."""
+    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
+    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
+    p.add_argument("--options", help="comma-separated options, for --kind choice")
+    p.add_argument("--prompt")
+    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
+    p.add_argument("--session-id")
+    p.add_argument("--agent", default="cli")
+    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
+    p.add_argument(
+        "--allow-for-session",
+        action="store_true",
+        help="let the reviewer also approve later calls of this session (needs --session-id)",
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
