@@ -155,14 +155,12 @@ def probe_token(url: str, token: str, timeout: float = 3.0) -> str:
     import http.client
     from urllib.parse import urlsplit
 
+    from bot.agents.command_hook import http_connection
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "not an http(s) URL"
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(parts.netloc, timeout=timeout)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    connection = http_connection(parts, timeout)
     try:
         connection.request(
             "GET",
