@@ -23,6 +23,10 @@
 -- KEYS[8] the session grant that decides it (or the request key)   ARGV[23] '1' when a grant
 --   decides it: {4, ''} when that grant is gone (revoked, expired) since it was looked up:
 --   nothing is written, and the caller asks instead.
+-- KEYS[9] the caller's question link (`Keys.question`; the request key when none)
+-- ARGV[24] '1' to take it: a request created pending (never one decided at creation) takes a
+--   reviewer's question left for this caller, session and tool (`resolve.lua`), as its
+--   `answers` field, and the link is gone: {1, id, question JSON} ('' when there was none).
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
   if existing then
@@ -62,7 +66,15 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 redis.call('EXPIRE', KEYS[4], ARGV[6])
+local answers = ''
+if ARGV[24] == '1' then
+  answers = redis.call('GET', KEYS[9]) or ''
+  if answers ~= '' then
+    redis.call('DEL', KEYS[9])
+    redis.call('HSET', KEYS[1], 'answers', answers)
+  end
+end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1],
   'channel', ARGV[9])
 if ARGV[22] == '1' then redis.call('EXPIRE', KEYS[5], ARGV[6]) end
-return {1, ARGV[1]}
+return {1, ARGV[1], answers}
