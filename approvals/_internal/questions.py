@@ -14,11 +14,15 @@ retries.
 
 When the request has a session, the same script leaves a link (`Keys.question`: principal,
 session and tool) to the asked request, living as long as the route gave the request to be
-decided (`link_seconds`). The caller's next pending request for that tool in that session
-(same or edited arguments) takes the link in `create.lua`: it records the question it answers
-(`ApprovalRequest.answers`) and is posted as a reply in the asked request's thread, its reason
-shown as the answer (`bot/slack/delivery/dispatcher.py`); once posted there, `answered.lua`
-marks the asked request, whose message then says "answered in the thread".
+decided (`link_seconds`). The caller's next request for that tool in that session (same or
+edited arguments) takes the link in `create.lua`: it records the question it answers
+(`ApprovalRequest.answers`) and, asked of reviewers, is posted as a reply in the asked
+request's thread, its reason shown as the answer (`bot/slack/delivery/dispatcher.py`); once
+posted there, `answered.lua` marks the asked request, whose message then says "answered in
+the thread". (A retry a policy rule or a grant decides at once takes the link too: no later
+call is shown as the answer.) A call id whose request ended `asked`, used again with another
+reason, makes a new request (`ApprovalStore.create`): an agent whose calls keep their id (a
+Codex permission request in the same turn) is not answered the old question again.
 """
 
 from __future__ import annotations

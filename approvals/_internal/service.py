@@ -273,8 +273,8 @@ class ApprovalService:
                     scope=grant.scope,
                 ).model_copy(update={"reason": reason[:MAX_TEXT]})
         # The grant is checked again inside the create script: one revoked since this lookup
-        # decides nothing (the request is asked instead). A request asked of a reviewer takes
-        # a question a reviewer left for this caller's retry (`approvals/_internal/questions.py`).
+        # decides nothing (the request is asked instead). The new request takes a question a
+        # reviewer left for this caller's retry of the tool (`approvals/_internal/questions.py`).
         session = event.session_id
         link = self.store.keys.question(principal, session, event.tool_name) if session else None
         return await self.store.create(

@@ -283,8 +283,8 @@ class ApprovalStore:
         never approvable. `grant_id`: the session grant `decision` comes from; if it was
         revoked (or expired) since it was looked up, the request is created pending instead
         (asked on Slack), in the same script as the check. `question_link`: the caller's
-        question link (`Keys.question`); a request created pending takes a reviewer's question
-        left there (`answers`: it is the retry that answers it, `approvals/_internal/questions.py`).
+        question link (`Keys.question`); the new request takes a reviewer's question left there
+        (`answers`: it is the retry that answers it, `approvals/_internal/questions.py`).
 
         A call id whose request ended `asked` makes a new request when the call comes with
         another reason (the agent's answer; the same reason is a replay: the asked request)."""
@@ -348,7 +348,7 @@ class ApprovalStore:
                 # refresh without using up this minute's (the outbox would miss it).
                 self._refresh_shared_ttl(consume=decision is None),
                 "1" if grant_id and decision else "",
-                "1" if question_link and decision is None else "",
+                "1" if question_link else "",
             ],
         )
         code, request_id = int(result[0]), str(result[1])
