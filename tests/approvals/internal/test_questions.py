@@ -340,3 +340,23 @@ def test_the_link_lives_as_long_as_the_route_gave_the_request() -> None:
     short = request.model_copy(update={"deadline_at": now + timedelta(seconds=5)})
     assert questions.link_seconds(short) == questions.MIN_LINK_SECONDS
     assert questions.link_seconds(request.model_copy(update={"deadline_at": None})) == 60
+
+
+async def test_a_named_route_offers_questions_only_where_the_policys_own_does(
+    store: ApprovalStore,
+) -> None:
+    policy = parse_policy(
+        {
+            "routes": {
+                "default": {"channel": "C0DEFAULT", "allow_questions": False},
+                "named": {"channel": "C0NAMED", "callers": ["ci-agent"]},
+            }
+        },
+        source="test",
+    )
+    service = ApprovalService(store, policy)
+    named = await service.submit(call(), principal="ci-agent", route="named")
+    assert named.route == "named" and named.config.allow_questions is False
+    with pytest.raises(InvalidRequest, match="not offered"):
+        await service.ask(named.id, ANN, "Why?", version="")
+    assert policy.routes["named"].allow_questions is True  # the default: on
