@@ -151,6 +151,13 @@ def test_the_retry_shows_the_question_and_its_answer() -> None:
     assert blocks[2]["text"]["text"].startswith("*Why:* Ship the hotfix")
     silent = retry.model_copy(update={"event": retry.event.model_copy(update={"context": None})})
     assert "it gave no answer" in sections(rm.request_message(silent)["blocks"])
+    # Where it waits for a reviewer: the Home tab and /approvals show the question too.
+    view = home.home_view(home.Lists([retry], []))
+    View(**view).validate_json()
+    assert "❓ *<@U0ANN> asked:* Which region?" in json.dumps(view, ensure_ascii=False)
+    assert "❓ *<@U0ANN> asked:* Which region?" in json.dumps(
+        home.slash_list([retry]), ensure_ascii=False
+    )
 
 
 def test_questions_are_escaped_masked_and_fit() -> None:
