@@ -14,10 +14,12 @@ from approvals.models import ApprovalEvent, CallContext
 from bot.core.context import BotContext
 from tests.bot.cli.test_cli import cli, cli_env, submit
 from tests.support.mcp import pending_for
+from tests.support.secret_corpus import FAKES
 
 __all__ = ["cli_env"]  # the fixture, used by name
 
-GITHUB_TOKEN = "ghp_" + "Zq7Xw2Lm9Kp4Rt6Vb8Nc1Hd3Jf5Gs0Ya2Ue4W"
+#: A GitHub token of the corpus (a reviewer pasting one into a question).
+GITHUB_TOKEN = next(f.secret for f in FAKES if f.rule == "github_token")
 
 
 async def test_show_and_audit_an_asked_request_and_its_retry(

@@ -29,8 +29,10 @@ from bot.slack import action_ids as ids
 from bot.slack import home
 from bot.slack.render import digest_message, modals
 from bot.slack.render import request_message as rm
+from tests.support.secret_corpus import FAKES
 
-GITHUB_TOKEN = "ghp_" + "Zq7Xw2Lm9Kp4Rt6Vb8Nc1Hd3Jf5Gs0Ya2Ue4W"
+#: A GitHub token of the corpus (a reviewer pasting one into a question).
+GITHUB_TOKEN = next(f.secret for f in FAKES if f.rule == "github_token")
 
 
 def request(kind: str = "approval", questions: bool = True, **update: Any) -> ApprovalRequest:
