@@ -360,3 +360,20 @@ async def test_a_named_route_offers_questions_only_where_the_policys_own_does(
     with pytest.raises(InvalidRequest, match="not offered"):
         await service.ask(named.id, ANN, "Why?", version="")
     assert policy.routes["named"].allow_questions is True  # the default: on
+
+
+async def test_concurrent_retries_one_takes_the_question(service: ApprovalService) -> None:
+    for _ in range(5):
+        first = await service.submit(call(), principal="ci-agent")
+        await service.ask(first.id, ANN, "Which region?", version="")
+        retries = await asyncio.gather(
+            *(
+                service.submit(call(arguments={"env": "prod", "n": n}), principal="ci-agent")
+                for n in range(6)
+            )
+        )
+        taken = [r for r in retries if r.answers is not None]
+        assert len(taken) == 1 and taken[0].answers is not None
+        assert taken[0].answers.request_id == first.id
+        stored = await service.store.get_many([r.id for r in retries])
+        assert sum(1 for r in stored.values() if r.answers is not None) == 1
