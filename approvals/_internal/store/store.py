@@ -5,7 +5,9 @@ Internal to approval-bot (not a stable API); agents import from `approvals`.
 A request is one hash (`Keys.request`): `data` holds the request as created
 (JSON) and the other fields hold what changes — `status`, `decision`, `route`,
 `channel`, `deadline`, `quorum`, `reviewers`, `escalations`, `message`,
-`vote:<user>`. Every change of state is one Lua script (`approvals/_internal/store/lua/`).
+`vote:<user>`, `answers` / `answered` (a reviewer's question and the retry answering it,
+`approvals/_internal/questions.py`). Every change of state is one Lua script
+(`approvals/_internal/store/lua/`).
 """
 
 from __future__ import annotations
