@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     )
     from approvals.gate import (
         ApprovalFailed,
+        Asked,
         Denied,
         ReviewFailed,
         ToolDenied,
@@ -75,6 +76,7 @@ _SOURCES: dict[str, str] = {
     "PayloadTooLarge": "approvals.errors",
     "StoreUnavailable": "approvals.errors",
     "ApprovalFailed": "approvals.gate",
+    "Asked": "approvals.gate",
     "Denied": "approvals.gate",
     "ReviewFailed": "approvals.gate",
     "ToolDenied": "approvals.gate",
@@ -122,6 +124,7 @@ __all__ = [
     "ApprovalEvent",
     "ApprovalFailed",
     "ApprovalTimeout",
+    "Asked",
     "Async",
     "Callback",
     "Decision",

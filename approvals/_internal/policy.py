@@ -244,6 +244,9 @@ class Route(BaseModel):
     #: Offer "Edit…" (approve with edited arguments) on kind `approval` requests whose agent
     #: can run an edited call (`approvals/_internal/edits.py`).
     allow_edits: bool = True
+    #: Offer "Ask the agent…" on kind `approval` requests: a reviewer's question instead of a
+    #: decision (`approvals/_internal/questions.py`).
+    allow_questions: bool = True
     dm_reviewers: bool = False
     #: Remind reviewers who have not acted this long after the request was asked
     #: (`bot/slack/delivery/reminders.py`), then every `remind_every` seconds; `remind_via`: a DM
@@ -324,6 +327,7 @@ class PolicyDecision(BaseModel):
     allow_for_session: bool = False
     allow_tool_grants: bool = False
     allow_edits: bool = True
+    allow_questions: bool = True
     #: `ask` on a route the caller named instead of the policy's own: what the request keeps
     #: of the policy's route (`RouteFloor`).
     floor: RouteFloor | None = None
@@ -439,6 +443,7 @@ class Policy(BaseModel):
             "allow_for_session": bool(route and route.allow_for_session),
             "allow_tool_grants": bool(route and route.allow_tool_grants),
             "allow_edits": route.allow_edits if route else True,
+            "allow_questions": route.allow_questions if route else True,
         }
         chosen = self.routes.get(requested_route) if requested_route else None
         if (
@@ -473,6 +478,7 @@ class Policy(BaseModel):
             "allow_for_session": own.allow_for_session and chosen.allow_for_session,
             "allow_tool_grants": own.allow_tool_grants and chosen.allow_tool_grants,
             "allow_edits": own.allow_edits and chosen.allow_edits,
+            "allow_questions": own.allow_questions and chosen.allow_questions,
             "floor": floor,
         }
 

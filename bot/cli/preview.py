@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: Slack's Block Kit Builder: the payload, URL-encoded JSON, after the `#`.
 BUILDER = "https://app.slack.com/block-kit-builder/#"
 #: Every part, in the order printed.
-PARTS = ("message", "digest", "deny", "respond", "edit", "review")
+PARTS = ("message", "digest", "deny", "respond", "edit", "ask", "review")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "preview",
         help="show a request's Slack message and dialogs, without Slack",
         description="Draw a request as the bot would post it in Slack — its message, its "
-        "digest row and its dialogs (deny, respond, edit, review) — masked as the bot masks "
+        "digest row and its dialogs (deny, respond, edit, ask, review) — masked as the bot masks "
         "them, as Block Kit Builder links and as plain text. Give a tool call (--tool …) or "
         "the id of an existing request.",
     )
@@ -118,6 +118,7 @@ def draft(args: argparse.Namespace, settings: Settings) -> ApprovalRequest:
 def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(name, what it is, payload) of each part, masked as the bot sends it."""
     from approvals._internal.edits import edits_offered
+    from approvals._internal.questions import offered as questions_offered
     from approvals._internal.store.digests import Digest, Row
     from bot.masking.masker import outbound
     from bot.slack.render import modals
@@ -141,6 +142,8 @@ def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]
     text = edit_text(request) if edits_offered(request) else None
     if text is not None:
         yield "edit", "the Edit… dialog", outbound(modals.edit_modal(request, text))
+    if questions_offered(request):
+        yield "ask", "the Ask the agent… dialog", outbound(modals.ask_modal(request))
     yield "review", "the Review dialog of its digest row", outbound(modals.review_modal(request))
 
 

@@ -241,11 +241,24 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
             f"decision:   {d.outcome} by {t(d.decided_by or '-')} via {t(d.via)} at "
             f"{d.decided_at.isoformat()}"
         )
-        for label, value in (("reason", d.reason), ("input", d.input), ("selection", d.selection)):
+        for label, value in (
+            ("reason", d.reason),
+            ("input", d.input),
+            ("selection", d.selection),
+            ("question", mask_text(d.question or "", hide=hide)),
+        ):
             if value:
                 lines.append(f"{label + ':':<11} {t(value)}")
         if d.for_session:
             lines.append(f"for session: yes (scope {d.scope or 'call'})")
+    if request.answered is not None:
+        lines.append(f"answered:   by {t(request.answered.request_id)} (in the thread)")
+    if request.answers is not None:
+        asked = request.answers
+        lines.append(
+            f"answers:    {t(asked.request_id)}: asked by {t(asked.asked_by or '-')}: "
+            f"{t(mask_text(asked.question, hide=hide))}"
+        )
     if request.message:
         lines.append(f"slack:      {t(request.message.channel)} ts {t(request.message.ts)}")
     return lines

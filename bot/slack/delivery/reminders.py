@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from approvals._internal.policy import Route
+from approvals._internal.questions import thread_of
 from approvals._internal.slack_ids import is_user, is_user_group
 from approvals._internal.store.connection import cancel_and_wait
 from approvals.models import ApprovalRequest, SlackMessage
@@ -205,9 +206,13 @@ class Reminders:
         summary = blocks.request_message(request)["text"]
         if route.remind_via == "thread":
             mentions = " ".join(blocks.who(u) for u in users) or "Reviewers"
+            # A request that is itself a reply (a retry answering a question) is reminded in
+            # the thread it is in: Slack threads have one level.
+            thread = thread_of(request)
+            root = thread.ts if thread is not None and thread.channel == message.channel else None
             await self._post(
                 message.channel,
-                thread_ts=message.ts,
+                thread_ts=root or message.ts,
                 text=f"⏰ {mentions}: still waiting for a decision. {summary}",
             )
             log.info("reminded id=%s via=thread users=%d", request.id, len(users))

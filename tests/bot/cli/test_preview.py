@@ -53,7 +53,7 @@ def test_a_tool_call_is_drawn_in_every_part_masked(
 ) -> None:
     arguments = json.dumps({"env": "prod", "token": GHP, "replicas": 3})
     found = run_json(capsys, "--tool", "deploy", "--args", arguments)
-    assert list(found) == ["message", "digest", "deny", "edit", "review"]
+    assert list(found) == ["message", "digest", "deny", "edit", "ask", "review"]
     for part in found.values():
         text = json.dumps(part)
         assert GHP not in text and GHP not in unquote(part["builder_url"]), part["part"]
