@@ -6,14 +6,12 @@
         approval = await client.request_and_wait("deploy", {"env": "prod"}, timeout=600)
 
 Every public name is in `__all__`, importable from here, and defined in a public module:
-`client` (the clients), `gate` (`require_approval` and its results), `approval` (the
-approval object), `models` (what a request says and how it is reviewed), `errors`,
-`review` (the review-plugin protocol), `webhooks` (a decision webhook's request), and
-`integrations` (Claude Code and Codex hook JSON, OpenAI Agents SDK, LangGraph: imported from
-there, the frameworks need extras). `approvals._internal` is the server's domain (service,
-policy, the Redis store) that the bot and the Redis transport run: not a stable API.
-Names are imported on first use, so `import approvals` stays cheap (no Redis, aiohttp or
-pydantic until something needs them).
+`client` (the clients), `gate` (`require_approval` and its results), `approval` (the approval
+object), `models` (what a request says and how it is reviewed), `errors`, `review` (the
+review-plugin protocol), `webhooks` (a decision webhook's request), and `integrations` (hook
+JSON, OpenAI Agents SDK, LangGraph: imported from there, the frameworks need extras).
+`approvals._internal` is the server's domain, run by the bot and the Redis transport: not a
+stable API. Names are imported on first use, so `import approvals` stays cheap.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
     )
     from approvals.gate import (
         ApprovalFailed,
+        Asked,
         Denied,
         ReviewFailed,
         ToolDenied,
@@ -77,6 +76,7 @@ _SOURCES: dict[str, str] = {
     "PayloadTooLarge": "approvals.errors",
     "StoreUnavailable": "approvals.errors",
     "ApprovalFailed": "approvals.gate",
+    "Asked": "approvals.gate",
     "Denied": "approvals.gate",
     "ReviewFailed": "approvals.gate",
     "ToolDenied": "approvals.gate",
@@ -124,6 +124,7 @@ __all__ = [
     "ApprovalEvent",
     "ApprovalFailed",
     "ApprovalTimeout",
+    "Asked",
     "Async",
     "Callback",
     "Decision",

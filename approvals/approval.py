@@ -7,10 +7,11 @@ it, so code written against one runs unchanged on the other.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from approvals.errors import AlreadyDecided
 from approvals.models import (
@@ -27,12 +28,18 @@ from approvals.models import (
 )
 from approvals.webhooks import Callback
 
+log = logging.getLogger(__name__)
+
+_STATUSES = frozenset(get_args(Status))
+_OUTCOMES = frozenset(get_args(Outcome))
+
 
 class Approval(BaseModel):
     """An approval request as agents see it: the HTTP API's approval object, on both transports.
 
-    Reading ignores fields it does not know (a newer bot may send more); the OpenAPI schema
-    lists every field as present in a response.
+    Reading ignores fields it does not know (a newer bot may send more), and reads a status or
+    a decision it does not know as `denied` / `deny` (fail closed: a newer bot's new ending is
+    never an approval here); the OpenAPI schema lists every field as present in a response.
     """
 
     model_config = ConfigDict(
@@ -78,8 +85,30 @@ class Approval(BaseModel):
         description="Risk hints found when the request was made, one {code, text} each, as "
         "reviewers see them: the shell command's (recursive_delete, pipe_to_shell, "
         "unanalysable, …) and file writes outside cwd or to sensitive paths. The codes are "
-        "listed in docs/policy.md; a newer bot may add codes.",
+        "listed in docs/operating/shell-commands.md; a newer bot may add codes.",
     )
+    #: Status `asked`: the reviewer's question (`decided_by` asked it). The call was not run;
+    #: answer it in the reason of the retried call.
+    question: str | None = None
+    #: A retried call that answers a reviewer's question: the id of the request it was asked
+    #: on (the retry is posted in that request's Slack thread).
+    answers: str | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _known_status(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in _STATUSES:
+            log.warning("unknown approval status %r read as denied", value[:50])
+            return "denied"
+        return value
+
+    @field_validator("decision", mode="before")
+    @classmethod
+    def _known_decision(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in _OUTCOMES:
+            log.warning("unknown decision %r read as deny", value[:50])
+            return "deny"
+        return value
 
     @classmethod
     def from_request(cls, request: ApprovalRequest) -> Approval:
@@ -116,6 +145,8 @@ class Approval(BaseModel):
             metadata=request.metadata,
             callback=request.callback,
             risks=list(request.risks),
+            question=d.question if d else None,
+            answers=request.answers.request_id if request.answers else None,
         )
 
     @property
@@ -141,6 +172,7 @@ class Approval(BaseModel):
             via=self.via or "api",
             edited_arguments=self.edited_arguments,
             edited_by=self.edited_by,
+            question=self.question,
         )
 
     def to_request(self) -> ApprovalRequest:
@@ -174,10 +206,13 @@ class Approval(BaseModel):
         )
 
     def describe(self) -> str:
-        """One line: `approved by U1 (input: …)`, `denied by U2: reason`, `pending`."""
+        """One line: `approved by U1 (input: …)`, `denied by U2: reason`, `asked by U3: "…"`,
+        `pending`."""
         text: str = self.status
         if self.decided_by:
             text += f" by {self.decided_by}"
+        if self.question:
+            text += f': "{self.question}" (answer it in the reason of the retried call)'
         if self.input:
             text += f" (input: {self.input})"
         if self.selection:

@@ -3,7 +3,9 @@
 The handler (a sync/async callable `GateRequest -> Decision`, or a review plugin) sees
 the canonical parsed arguments. Approve → the function runs, the `Decision`
 available from `current_approval()` and as `approval=` if it declares that
-parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>").
+parameter. Deny → it does not run; the call returns `Denied` ("denied: <reason>"); a
+reviewer's question (outcome `asked`) → `Asked`, a `Denied` that carries the question: answer
+it (the `reason` of the retry) and call again. Anything but an explicit approve denies.
 A failing reviewer gives `ApprovalFailed`, never a denial. `on_deny="raise"`
 raises `ToolDenied` / `ReviewFailed` instead. Default: a y/N TTY prompt
 (`approvals._internal.terminal`).
@@ -27,6 +29,7 @@ from typing import Any, Literal, ParamSpec, Protocol, Self, TypeVar, cast, overl
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
+from approvals._internal.questions import agent_text
 from approvals._internal.terminal import TerminalApprover, default_handler
 from approvals.errors import ApprovalError, InvalidRequest
 from approvals.models import (
@@ -96,6 +99,19 @@ class Denied:
 
     def __str__(self) -> str:
         return f"denied: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Asked(Denied):
+    """The recoverable result of a call a reviewer asked about instead of deciding: a `Denied`
+    (the function did not run) carrying the reviewer's `question`; answer it in the retry's
+    `reason` and call again. `str()` says so."""
+
+    question: str = ""
+    asked_by: str | None = None
+
+    def __str__(self) -> str:
+        return agent_text(self.question, self.asked_by)
 
 
 @dataclass(frozen=True)
@@ -438,7 +454,15 @@ async def _review_with_plugin(
         return _from_result(request, decision)
     if verdict.cause == "error":
         return ApprovalFailed(request.tool_name, verdict.reason)
+    if verdict.decision is not None and verdict.decision.outcome == "asked":
+        return _asked(request, verdict.decision)
     return Denied(request.tool_name, verdict.reason, verdict.decision)
+
+
+def _asked(request: GateRequest, decision: Decision) -> Asked:
+    question = decision.question or ""
+    text = agent_text(question, decision.decided_by)
+    return Asked(request.tool_name, text[:MAX_TEXT], decision, question, decision.decided_by)
 
 
 def _from_result(request: GateRequest, result: object) -> Reviewed:
@@ -447,10 +471,12 @@ def _from_result(request: GateRequest, result: object) -> Reviewed:
         return ApprovalFailed(
             tool, f"approval handler returned {type(result).__name__}, expected a Decision"
         )
-    if result.outcome == "deny":
-        return Denied(tool, result.reason or "no reason given", result)
+    if result.outcome == "asked":
+        return _asked(request, result)
     if result.outcome == "error":
         return ApprovalFailed(tool, result.reason or "the reviewer reported an error")
+    if not result.approves:  # deny, or an outcome this code does not know: never a run
+        return Denied(tool, result.reason or "no reason given", result)
     options = request.config.options or ()
     if request.config.kind == "choice" and result.selection not in options:
         return ApprovalFailed(

@@ -24,13 +24,15 @@ DEFAULT_DEADLINE_SECONDS = 24 * 3600
 Kind = Literal["approval", "choice", "input"]
 Sensitivity = Literal["low", "pii", "secret"]
 EventKind = Literal["tool", "command", "file", "permissions"]
-Status = Literal["pending", "approved", "denied", "expired", "cancelled", "error"]
-Outcome = Literal["approve", "deny", "error"]
+#: `asked`: a reviewer asked the agent a question instead of deciding (a deny-kind end:
+#: the call does not run; the agent answers in its retry, `approvals/_internal/questions.py`).
+Status = Literal["pending", "approved", "denied", "expired", "cancelled", "error", "asked"]
+Outcome = Literal["approve", "deny", "error", "asked"]
 #: What an approve-for-session grant allows (`approvals/_internal/grant_scopes.py`).
 GrantScope = Literal["call", "prefix", "tool"]
 
 TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"approved", "denied", "expired", "cancelled", "error"}
+    {"approved", "denied", "expired", "cancelled", "error", "asked"}
 )
 
 #: The largest serialised event (tool arguments included) the store accepts: 2 MiB, so a
@@ -48,6 +50,8 @@ MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 MAX_RISKS_PER_CODE = 5
 #: The longest risk hint text kept.
 MAX_RISK_TEXT = 300
+#: The longest question a reviewer may ask the agent ("Ask the agent…").
+MAX_QUESTION = 2000
 #: The longest agent's reason kept with a request (the text before the tool call; its end).
 MAX_REASON = 2000
 #: The longest user's request kept with a request (the latest prompt of the session; its start).
@@ -87,6 +91,9 @@ class ApprovalConfig(BaseModel):
     #: May a reviewer approve with edited arguments? Set from the route (`allow_edits`),
     #: never by a caller.
     allow_edits: bool = False
+    #: May a reviewer ask the agent a question instead of deciding ("Ask the agent…", on
+    #: kind `approval`)? Set from the route (`allow_questions`), never by a caller.
+    allow_questions: bool = False
 
     @field_validator("options")
     @classmethod
@@ -265,7 +272,8 @@ def default_prompt(tool_name: str, arguments: dict[str, Any]) -> str:
 
 
 class Decision(BaseModel):
-    """How a request ended: approve (with input / selection / for_session), deny, or error."""
+    """How a request ended: approve (with input / selection / for_session), deny, error, or
+    asked (a reviewer's `question` to the agent: never an approval)."""
 
     model_config = _STRICT
 
@@ -286,6 +294,8 @@ class Decision(BaseModel):
     #: With `edited_arguments`, set by `require_approval` for the function it runs: the
     #: arguments of the call as the agent made it (never stored).
     original_arguments: dict[str, Any] | None = None
+    #: Outcome `asked`: what the reviewer asks the agent (it answers in its retry).
+    question: str | None = Field(default=None, max_length=MAX_QUESTION)
 
     @classmethod
     def approve(
@@ -317,6 +327,16 @@ class Decision(BaseModel):
     @classmethod
     def error(cls, reason: str, *, by: str | None = None, via: str = "system") -> Decision:
         return cls(outcome="error", reason=reason[:MAX_TEXT], decided_by=by, via=via)
+
+    @classmethod
+    def ask(cls, question: str, *, by: str | None = None, via: str = "slack") -> Decision:
+        """A reviewer's question to the agent instead of a decision (status `asked`)."""
+        return cls(outcome="asked", question=question, decided_by=by, via=via)
+
+    @property
+    def approves(self) -> bool:
+        """Whether the call may run: only an explicit `approve` (anything else denies)."""
+        return self.outcome == "approve"
 
 
 class Vote(BaseModel):
@@ -385,6 +405,32 @@ class RiskHint(BaseModel):
     text: str = Field(max_length=2000)
 
 
+class Question(BaseModel):
+    """The question a retried call answers: a reviewer asked it on an earlier request of the
+    same caller, session and tool (`approvals/_internal/questions.py`). Stored on the retry
+    (`ApprovalRequest.answers`), taken from the link the question left (`Keys.question`)."""
+
+    model_config = _STRICT
+
+    #: The request the reviewer asked on (it ended `asked`).
+    request_id: str = Field(max_length=100)
+    question: str = Field(max_length=MAX_QUESTION)
+    asked_by: str | None = Field(default=None, max_length=200)
+    asked_at: datetime
+    #: The Slack thread to post the retry in: the root message of the asked request's thread
+    #: (None: it had no message of its own, e.g. a digest row).
+    thread: SlackMessage | None = None
+
+
+class Answered(BaseModel):
+    """On an asked request: the retry that answered its question, once posted in its thread."""
+
+    model_config = _STRICT
+
+    request_id: str = Field(max_length=100)
+    in_thread: bool = True
+
+
 class ApprovalRequest(BaseModel):
     """A gated call awaiting (or past) review, as stored in Redis."""
 
@@ -423,6 +469,11 @@ class ApprovalRequest(BaseModel):
     #: surface shows, and the approval object's `risks`. Empty for calls without a shell
     #: command or a file write, and for requests stored before risks were kept.
     risks: tuple[RiskHint, ...] = ()
+    #: A retry that answers a reviewer's question (its reason is the answer): the question,
+    #: and where to post it (in the asked request's thread). Set by `create.lua`.
+    answers: Question | None = None
+    #: An asked request whose question a retry answered in its thread (`answered.lua`).
+    answered: Answered | None = None
 
     @model_validator(mode="after")
     def _fill_prompt(self) -> ApprovalRequest:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from approvals._internal.questions import agent_text
 from approvals.models import ApprovalEvent, Decision
 
 log = logging.getLogger(__name__)
@@ -209,11 +210,14 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
 
 
 def verdict_from_decision(decision: Decision) -> Verdict:
-    """Map a reviewer's `Decision` to `Allow` / `Deny`; an `error` decision is a failed review."""
+    """Map a reviewer's `Decision` to `Allow` / `Deny`: only `approve` allows; `asked` is a deny
+    carrying the reviewer's question; an `error` (or unknown) decision is a failed review."""
     if decision.outcome == "approve":
         return Allow(for_session=decision.for_session, decision=decision)
     if decision.outcome == "deny":
         return Deny(decision.reason or "denied by reviewer", decision=decision)
+    if decision.outcome == "asked":  # a reviewer's question: a deny the agent can answer
+        return Deny(agent_text(decision.question, decision.decided_by), decision=decision)
     return Deny(decision.reason or "approval error", cause="error", decision=decision)
 
 

@@ -1,21 +1,11 @@
 """Decision callbacks: what an agent asks for (`Callback`) and where the policy lets it point.
 
-A request may carry `callback = {url, events?, metadata?}`; when it leaves
-`pending` the bot POSTs a signed webhook there (`approvals/_internal/store/webhooks.py`,
-`bot/workers/webhooks.py`). The URL is an outbound request the bot makes on an
-agent's say-so, so it is guarded (server-side request forgery):
-
-- its host must be listed in the policy file's `callbacks.allowed_hosts`
-  (none by default: a callback is then refused, 422);
-- it is never sent to a loopback, private, link-local, shared, reserved or
-  multicast address — checked on the address the connection is made to, so
-  a name that resolves somewhere else at delivery time (DNS rebinding) is
-  refused too — unless an IP address or network in `allowed_hosts` names
-  that address explicitly.
-
-`allowed_hosts` entries: `hooks.example.com` (that host), `.example.com` or
-`*.example.com` (any host under it, not the apex), `203.0.113.7` / `::1` /
-`10.0.0.0/8` (those addresses, private ones included). Pure: no I/O.
+A request may carry `callback = {url, events?, metadata?}`; its host must be in the policy's
+`callbacks.allowed_hosts`, and no loopback, private, link-local, shared, reserved or multicast
+address is allowed unless an entry names it. Entries: `hooks.example.com` (that host),
+`.example.com` or `*.example.com` (any host under it, not the apex), `203.0.113.7` / `::1` /
+`10.0.0.0/8` (those addresses). Pure: no I/O. Delivery: docs/ARCHITECTURE.md, "Decision
+webhooks".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Benchmark: the floor — what the parts the bot is made of cost by themselves, per complete
-approval cycle, beside the bot's own CPU per cycle (issue 13: "3x fewer bot CPU ms per cycle").
+approval cycle, beside the bot's own CPU per cycle ("3x fewer bot CPU ms per cycle").
 
 A complete cycle (`bench_e2e.py`) is, on the bot's side: two agent HTTP requests (the create,
 the long-poll answered), one signed Slack interaction through slack-bolt (the click), two
@@ -485,7 +485,7 @@ def print_report(r: dict[str, Any]) -> None:
     if r["baseline_ms_per_cycle"]:
         target = r["baseline_ms_per_cycle"] / 3
         print(
-            f"  issue 13's target (--baseline-ms / 3): {target:.2f} ms per cycle ="
+            f"  the target (--baseline-ms / 3): {target:.2f} ms per cycle ="
             f" {target / floor:.2f}x the floor"
         )
 

@@ -1,5 +1,5 @@
 """Benchmark: one bot process under load — 2,000 concurrent creates, 2,000 clicks from 50
-reviewers with the agents long-polling, 2,000 cancels (issue 13's targets).
+reviewers with the agents long-polling, 2,000 cancels (its targets).
 
     .venv/bin/python -m bench.bench_load --embedded [--requests 2000] [--reviewers 50]
 
@@ -523,7 +523,7 @@ def print_report(r: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="One bot process under load (issue 13's targets).")
+    p = argparse.ArgumentParser(description="One bot process under load (its targets).")
     p.add_argument("--requests", type=int, default=2000, help="creates, clicks and cancels (2000)")
     p.add_argument("--reviewers", type=int, default=50, help="reviewers clicking (default 50)")
     p.add_argument("--bot-exe", help="the approval-bot executable (default: this venv's)")

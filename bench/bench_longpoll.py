@@ -62,8 +62,8 @@ from tests.support.slack_emulator import SlackEmulator
 
 API_TOKEN = "bench-token"
 REVIEWER = "U0BENCHREVIEWER"
-RSS_TARGET_KIB = 8.0  # per parked long-poll (issue 13)
-FLOOR_FACTOR = 5.0  # decision → returned p99 ≤ 5 x the floor (issue 13)
+RSS_TARGET_KIB = 8.0  # per parked long-poll
+FLOOR_FACTOR = 5.0  # decision → returned p99 ≤ 5 x the floor
 JITTER_SPREAD = 5.0  # a floor p99 over 5 x its p50 is noted as host jitter
 WAIT = 60  # the bot caps ?wait= at 60 s (BotContext.max_wait_seconds); agents re-poll
 RELEASE_WITHIN = 15.0  # after the agents close their sockets: how long to watch the gauge
@@ -748,7 +748,7 @@ def print_report(r: dict[str, Any]) -> None:
         if "other" in lat["checkouts"]:
             print(f"  other = {lat['checkouts']['other']['dir']}; samples alternate between bots")
 
-    print("\ntargets (issue 13)")
+    print("\ntargets")
     for name, v in r["targets"].items():
         figures = {k: x for k, x in v.items() if k != "result"}
         print(f"  {name}: {json.dumps(figures)}  {v['result']}")

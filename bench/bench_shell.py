@@ -1,4 +1,4 @@
-"""Benchmark: the shell-aware policy (issue 33) — what parsing and judging a command costs.
+"""Benchmark: the shell-aware policy — what parsing and judging a command costs.
 
     .venv/bin/python -m bench.bench_shell                      # corpus, parse, hook
     .venv/bin/python -m bench.bench_shell --part parse         # one part
@@ -233,7 +233,7 @@ def _cols(a: Sequence[float], e: Sequence[float]) -> list[Any]:
 
 
 def part_risks(rounds: int) -> dict[str, Any]:
-    """What issue 33's risk hints cost: `draft_request` (what `ApprovalService.create` runs
+    """What the risk hints cost: `draft_request` (what `ApprovalService.create` runs
     on the event loop) with and without finding the risks, for a non-shell tool, the
     everyday commands and hostile ones; then the message drawn with risk lines and the
     parsed view, against the same request drawn without them."""
@@ -283,7 +283,7 @@ def part_risks(rounds: int) -> dict[str, Any]:
             rows.append([policy_name, name, a["p50_ms"], a["max_ms"], b["p50_ms"], b["max_ms"]])
     print("draft_request (ApprovalService.create's part on the event loop), CPU ms, the parse")
     print("cache emptied before each call; without: no risks found and the command parsed only")
-    print("if a rule asks (as before issue 33's risks)")
+    print("if a rule asks (as before the risk hints)")
     print(table(["policy", "input", "without p50", "max", "with risks p50", "max"], rows))
     # Drawing the message.
     draw_rows = []
@@ -328,7 +328,7 @@ def part_risks(rounds: int) -> dict[str, Any]:
         )  # fmt: skip
     print("request_message: CPU ms (cold: the masking and parse caches emptied first, as for a")
     print("new request's post; warm: its update or App Home redraw; without: no risk lines and")
-    print("no parsed view drawn, as before issue 33's risks)")
+    print("no parsed view drawn, as before the risk hints)")
     print(table(["request", "cold p50", "warm p50", "cold without p50", "cold max"], draw_rows))
     print()
     return figures

@@ -1,5 +1,5 @@
 """Benchmark: an approval storm — many requests for one channel within a second — against
-Slack's pacing (issue 13): how long until every request has a visible, actionable place.
+Slack's pacing: how long until every request has a visible, actionable place.
 
     .venv/bin/python -m bench.bench_storm [--requests 100] [--embedded] [--no-digests]
 

@@ -1,6 +1,6 @@
 """What the README and the pages it points to promise in text: the imports they show work, the
 first approval says what `scripts/serve` does, the benchmark figures are one table of today's
-figures, and the first-hour facts of issue 15 are where a reader looks for them."""
+figures, and the first-hour facts are where a reader looks for them."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_the_first_approval_says_what_serve_does() -> None:
 
 
 def test_one_table_of_todays_benchmark_figures() -> None:
-    """Issue 15: the benchmark section appeared twice with different figures; issue 30: figures
+    """The benchmark section appeared twice with different figures; figures
     came with commit hashes and dated passes. Now: one table, each row with its command."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     tables = re.findall(r"(?:^\|.*\|\n)+", text, re.MULTILINE)
@@ -98,7 +98,7 @@ def test_one_table_of_todays_benchmark_figures() -> None:
 
 
 def test_the_first_hour_facts() -> None:
-    """Issue 15: the README said an invalid policy file stops `serve` with exit 1 (it is 2:
+    """The README said an invalid policy file stops `serve` with exit 1 (it is 2:
     tests/bot/core/test_serve_failures.py); the warning about the test suite's Redis sat only under
     Development; "see the known issue above" pointed at nothing."""
     policy = " ".join((ROOT / "docs" / "operating" / "policy.md").read_text().split())

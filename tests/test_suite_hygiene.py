@@ -1,4 +1,4 @@
-"""Issue 15: the suite used whatever answered on 127.0.0.1:6379 and ran `CLIENT KILL TYPE pubsub`,
+"""the suite used whatever answered on 127.0.0.1:6379 and ran `CLIENT KILL TYPE pubsub`,
 cutting every other client's subscriptions on that server. It runs on a private throwaway
 server (tests/conftest.py `redis_url`) and, on any server, touches only what is its own:
 no test or benchmark flushes a database or kills connections by type, only its own by id."""
@@ -48,7 +48,7 @@ def test_hypothesis_examples_have_no_deadline() -> None:
     assert found == []
 
 
-# -- realistic credentials (issue 31) ----------------------------------------------------------
+# -- realistic credentials ----------------------------------------------------------
 #
 # `xapp-test` hid that the bot masked its own app-level token on the way to
 # `apps.connections.open`: the masker recognises a real `xapp-1-…` and not that. Tests and

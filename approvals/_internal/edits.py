@@ -2,21 +2,11 @@
 
 Internal to approval-bot (not a stable API).
 
-A reviewer may replace a request's arguments before approving (kind `approval`, a route
-with `allow_edits`, an agent that can run an edited call). The edit must be a JSON object
-that passes the agent's `arguments_schema` when it sent one (JSON Schema, checked with
-the `jsonschema` library: every draft, `$ref` included — not worth writing again). An
-edit is a proposal: its `version` binds every vote, so a yes applies to exactly the
-arguments shown (docs/ARCHITECTURE.md, "A yes applies to what was shown").
-
-An agent's schema is checked when its request is created (`check_arguments_schema`, HTTP
-422 naming the problem) and every check of an edit against it is bounded: its regular
-expressions (`pattern`, `patternProperties`, and so `additionalProperties`) run on RE2
-(`google-re2`: linear time, where Python's backtracking `re` takes 2**n steps on
-`^(a+)+$`), `uniqueItems` compares canonical forms (linear, where jsonschema's own falls
-back to every pair), a `$ref` must stay within the schema and no chain of `$ref`s and
-in-place keywords (`allOf`, `not`, …) may come back to where it started without reading
-deeper into the arguments (`{"$ref": "#"}` would recurse until Python gives up).
+`edits_offered` says whether a request may be edited, `check_edit` checks an edit (a JSON
+object passing the agent's `arguments_schema`, with `jsonschema`), `version_of` gives its
+version, which binds every vote (docs/ARCHITECTURE.md, "A yes applies to what was shown"), and
+`check_arguments_schema` refuses a schema at creation (HTTP 422). Every check is bounded (RE2,
+canonical `uniqueItems`, no `$ref` loops): docs/ARCHITECTURE.md, "Approve with edits".
 """
 
 from __future__ import annotations

@@ -2,21 +2,11 @@
 
 Internal to approval-bot (not a stable API).
 
-- Claude Code `Edit` (`old_string` → `new_string`, `replace_all`), `MultiEdit` (its edits in
-  order), `Write` (`content`) and `NotebookEdit` (a cell's `new_source`, `edit_mode`): against
-  the file as the agent's command hook read it (`Original`, real line numbers), else against
-  the call alone (an edit's lines; a write as new lines).
-- Codex `apply_patch` (its patch in `tool_input.command`): the patch's own hunks, per file.
-- Any other call whose arguments hold a unified diff (`git diff` output, a `patch` heredoc in a
-  shell command, a `diff` argument): that diff, per file.
-
-Why `difflib`: it is the standard library (nothing for the agent-side `approvals` package to
-install), and its `unified_diff` is the format reviewers read. Its matcher is quadratic in the
-worst case, so the common head and tail of two texts are cut off first (linear), and only a
-changed middle of at most `MAX_DIFF_PAIRS` line pairs is matched; a bigger one is shown as
-removed-then-added, still a correct diff (`bench/bench_context.py` has the times). Diffs are kept
-to whole lines: text past `MAX_DIFF_TEXT` is counted (`FileChange.omitted`), and binary content
-or lines too long for a Slack section are summarised, never cut mid-line.
+`changes_for` gives a call's `FileChange`s: Claude Code's file tools against the file as the
+command hook read it (`Original`), else against the call alone; Codex's `apply_patch` hunks;
+and any unified diff found in the arguments. Bounded: `MAX_DIFF_PAIRS` line pairs matched per
+file, `MAX_DIFF_TEXT` characters kept, whole lines only. What each tool gives and why
+`difflib`: docs/ARCHITECTURE.md, "Call context".
 """
 
 from __future__ import annotations

@@ -2,19 +2,11 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-A policy names *routes* (a Slack channel, its reviewers, quorum, deadline and
-what happens at the deadline) and *rules* (what to match, then `allow`,
-`deny` or `ask` on a route). Every rule that matches an event is folded with
-`merge_outcomes` (deny > ask > allow, the winning rank's reasons joined by a
-blank line); no match asks on the `default` route. Name patterns (`tool`,
-`agent`, `session`) are globs matched against the whole name, or regexes
-searched in it when written `/…/`; argument patterns are always regexes
-searched in the argument's text. `command` and `risks` match the parsed shell
-command (`approvals/_internal/shell/matching.py`): an allow rule needs every simple
-command to match, ask and deny any; an unanalysable command never matches an allow
-rule and always an ask rule. `approvals._internal.policy_file` reads a file and
-checks cross-references (route names, escalation chains, rule names).
-Pure: no Redis, no Slack, no environment.
+A `Policy` names routes (a channel, its reviewers, quorum, deadline and what happens then)
+and rules (a `Match`, then `allow`, `deny` or `ask` on a route); `Policy.evaluate` folds every
+matching rule (`merge_outcomes`: deny > ask > allow), and no match asks on the `default` route.
+`approvals._internal.policy_file` reads a file. Pure: no Redis, no Slack, no environment. How
+patterns and shell commands match: docs/ARCHITECTURE.md, "The policy".
 """
 
 from __future__ import annotations
@@ -252,6 +244,9 @@ class Route(BaseModel):
     #: Offer "Edit…" (approve with edited arguments) on kind `approval` requests whose agent
     #: can run an edited call (`approvals/_internal/edits.py`).
     allow_edits: bool = True
+    #: Offer "Ask the agent…" on kind `approval` requests: a reviewer's question instead of a
+    #: decision (`approvals/_internal/questions.py`).
+    allow_questions: bool = True
     dm_reviewers: bool = False
     #: Remind reviewers who have not acted this long after the request was asked
     #: (`bot/slack/delivery/reminders.py`), then every `remind_every` seconds; `remind_via`: a DM
@@ -332,6 +327,7 @@ class PolicyDecision(BaseModel):
     allow_for_session: bool = False
     allow_tool_grants: bool = False
     allow_edits: bool = True
+    allow_questions: bool = True
     #: `ask` on a route the caller named instead of the policy's own: what the request keeps
     #: of the policy's route (`RouteFloor`).
     floor: RouteFloor | None = None
@@ -450,6 +446,7 @@ class Policy(BaseModel):
             "allow_for_session": bool(route and route.allow_for_session),
             "allow_tool_grants": bool(route and route.allow_tool_grants),
             "allow_edits": route.allow_edits if route else True,
+            "allow_questions": route.allow_questions if route else True,
         }
         chosen = self.routes.get(requested_route) if requested_route else None
         if (
@@ -484,6 +481,7 @@ class Policy(BaseModel):
             "allow_for_session": own.allow_for_session and chosen.allow_for_session,
             "allow_tool_grants": own.allow_tool_grants and chosen.allow_tool_grants,
             "allow_edits": own.allow_edits and chosen.allow_edits,
+            "allow_questions": own.allow_questions and chosen.allow_questions,
             "floor": floor,
         }
 

@@ -31,12 +31,15 @@ from approvals._internal.grant_scopes import (
     offered,
 )
 from approvals._internal.policy import Policy, PolicyDecision
+from approvals._internal.questions import link_for, link_seconds
+from approvals._internal.questions import offered as questions_offered
 from approvals._internal.risk_hints import request_risks, shell_analysis
 from approvals._internal.slack_ids import is_user_group
 from approvals._internal.store.grants import GrantStore
 from approvals._internal.store.store import ApprovalStore, CreateResult, VoteResult
 from approvals.errors import InvalidRequest, NotAllowed
 from approvals.models import (
+    MAX_QUESTION,
     MAX_TEXT,
     ApprovalConfig,
     ApprovalEvent,
@@ -127,6 +130,9 @@ def draft_request(
     edits = decision.allow_edits
     if config.allow_edits != edits:  # the route's word, never the caller's
         changes["allow_edits"] = edits
+    questions = decision.allow_questions
+    if config.allow_questions != questions:  # the route's word, never the caller's
+        changes["allow_questions"] = questions
     effective = config.model_copy(update=changes) if changes else config
     # The route's deadline wins over the caller's: an agent must not shorten it to reach
     # an `on_timeout: approve` sooner.
@@ -272,9 +278,15 @@ class ApprovalService:
                     scope=grant.scope,
                 ).model_copy(update={"reason": reason[:MAX_TEXT]})
         # The grant is checked again inside the create script: one revoked since this lookup
-        # decides nothing (the request is asked instead).
+        # decides nothing (the request is asked instead). The new request takes a question a
+        # reviewer left for this caller's retry of the tool (`approvals/_internal/questions.py`).
+        session = event.session_id
+        link = self.store.keys.question(principal, session, event.tool_name) if session else None
         return await self.store.create(
-            request, decision=verdict, grant_id=grant.id if grant is not None else None
+            request,
+            decision=verdict,
+            grant_id=grant.id if grant is not None else None,
+            question_link=link,
         )
 
     def scope_options(self, request: ApprovalRequest) -> list[ScopeOption]:
@@ -398,6 +410,69 @@ class ApprovalService:
         if result.status == "decided" and decided is not None and decided.for_session:
             await self._grant(result.request, decided.scope or "call")
         return result
+
+    async def ask(
+        self,
+        request_id: str,
+        actor: Actor,
+        question: str,
+        *,
+        version: str | None = None,
+    ) -> VoteResult:
+        """`actor` asks the agent `question` instead of deciding (`approvals/_internal/
+        questions.py`): the request ends `asked` (a deny-kind end) through the same
+        compare-and-set as a decision, bound to `version` (what the actor was shown; a request
+        edited since is `stale`) and to the route round the actor was checked on; on a quorum
+        route one question ends it. Who may ask is who may decide (`NotAllowed` as in
+        `decide`); a request that does not offer it, or an empty or too long question, is
+        `InvalidRequest`. With a session, the caller's retry of the tool takes the question
+        (`Keys.question`) within the time the route gave the request."""
+        question = question.strip()
+        if not question:
+            raise InvalidRequest("a question is needed", details="question")
+        if len(question) > MAX_QUESTION:
+            raise InvalidRequest(
+                f"question is longer than {MAX_QUESTION} characters", details="question"
+            )
+        request = await self.store.get(request_id)
+        if not request.is_pending:
+            return VoteResult("closed", request)
+        seen = current_version(request) if version is None else version
+        if seen != current_version(request):
+            return VoteResult("stale", request)
+        refusal = await self.may_decide(request, actor)
+        if refusal == "self":
+            raise NotAllowed(
+                "you asked for this approval; someone else has to decide", details=refusal
+            )
+        if refusal is not None:
+            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        if not questions_offered(request):
+            raise InvalidRequest(
+                "asking the agent is not offered for this request", details="question"
+            )
+        decision = Decision.ask(question, by=actor.id, via=actor.via)
+        session = request.event.session_id
+        link = None
+        if session:
+            key = self.store.keys.question(request.principal, session, request.event.tool_name)
+            value = link_for(request, question, actor.id, decision.decided_at)
+            link = (key, value, link_seconds(request))
+        resolved = await self.store.resolve(
+            request_id,
+            decision,
+            expected_version=seen,
+            expected_escalations=request.escalations,
+            link=link,
+        )
+        if resolved.moved:  # escalated since the check: check the actor against the new route
+            return await self.ask(request_id, actor, question, version=seen)
+        if resolved.stale:
+            return VoteResult("stale", resolved.request)
+        log.info(
+            "asked id=%s by=%s won=%s linked=%s", request_id, actor.id, resolved.won, bool(link)
+        )
+        return VoteResult("decided" if resolved.won else "closed", resolved.request)
 
     async def edit(
         self,

@@ -16,10 +16,16 @@ left out, never a deny.
 
 Output, as each agent reads it:
 
-    event              approved                         denied / expired / error
+    event              approved                         denied / expired / error / asked
     PreToolUse         permissionDecision "allow"       permissionDecision "deny"
                        (Codex: no output at all)        + permissionDecisionReason
     PermissionRequest  decision.behavior "allow"        decision.behavior "deny" + message
+
+Only `approved` allows; every other status denies, a status this code does not know too.
+`asked` (a reviewer's question instead of a decision) is a deny whose reason carries the
+question and asks the model to answer it in the text it writes before retrying the call
+(`approvals._internal.questions.agent_text`): that text is the retry's reason, shown to the
+reviewer as the answer.
 
 Claude Code shows `permissionDecisionReason` to Claude only on deny, and a
 PermissionRequest `message` is read only on deny; so an approval's typed
@@ -51,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from approvals._internal.file_changes import Original, compares, with_changes
 from approvals._internal.grant_scopes import command_prefix
+from approvals._internal.questions import agent_text
 from approvals._internal.slack_ids import USER_ID
 from approvals.errors import (
     ApprovalError,
@@ -410,7 +417,11 @@ def decision_text(request: ApprovalRequest) -> str:
         return f"Approval request was cancelled: {reason or 'cancelled'}"
     if request.status == "error":
         return f"Approval failed: {reason or 'reviewer-side error'}"
-    return f"Approval request {request.id} is still pending"
+    if request.status == "asked":
+        return agent_text(d.question if d else None, who)
+    if request.status == "pending":
+        return f"Approval request {request.id} is still pending"
+    return f"Not approved ({request.status}){f': {reason}' if reason else ''}"
 
 
 def _reviewer_note(request: ApprovalRequest) -> str | None:

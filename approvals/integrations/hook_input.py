@@ -2,23 +2,10 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-Claude Code runs a tool when an `http` hook answers non-2xx, and treats a
-command hook's exit status 1 as "no opinion": so every hook answer must be a
-decision the agent reads. This module turns whatever arrives (arbitrary
-bytes, hostile JSON) into a `HookBody` without ever raising, and gives the
-deny each event needs:
-
-- a body that cannot be read at all (not UTF-8, not JSON, numbers past 4,300
-  digits, `NaN`, nesting past the parser's limit, over the size limit) is
-  denied in the PreToolUse shape (the PermissionRequest shape when its bytes
-  say so);
-- a JSON object whose `hook_event_name` is an event the bot does not gate
-  (PostToolUse, UserPromptSubmit, Stop, …) gets no decision at all;
-- anything else about PreToolUse / PermissionRequest that is wrong is denied.
-
-Strings holding lone UTF-16 surrogates (Node's `JSON.stringify` emits
-`"\\ud800"`) are read, each lone surrogate replaced by U+FFFD — what Node
-itself writes when it encodes such a string as UTF-8 to run it.
+`read_hook_body` turns whatever arrives into a `HookBody` without ever raising (lone UTF-16
+surrogates replaced by U+FFFD), `deny` gives the deny of each gated event's shape, and the
+hook's time budget is here (`clamp_timeout`, `time_budget`, `withdraw_time`). What is denied,
+what gets no decision, and why: docs/ARCHITECTURE.md, "Hook input".
 """
 
 from __future__ import annotations
@@ -38,12 +25,8 @@ DEFAULT_HOOK_TIMEOUT = 600.0
 #: Longest safety margin kept before the hook's own timeout, in seconds.
 MAX_MARGIN_SECONDS = 2.0
 #: Below this much budget left (seconds), the hook does not ask at all: it answers its
-#: `on_timeout` outcome at once and submits nothing. A submit that starts with less would
-#: get under 0.15 s once the withdrawal's share (`WITHDRAW_SECONDS`) is kept back: on a
-#: loaded machine that is about one Redis or HTTP round trip, so the submit could land and be
-#: cut off before the hook learns its id, and no reviewer decides in that time anyway. (Only
-#: an instant policy rule or session grant could answer; giving that up is a deny, which is
-#: the safe side.) A spawned hook meets this when the agent's clock ran before it started.
+#: `on_timeout` outcome at once and submits nothing. Why this figure: docs/ARCHITECTURE.md,
+#: "Nothing left approvable that nobody waits on".
 MIN_ASK_SECONDS = 0.25
 #: The least time kept back, inside the budget, for withdrawing what the hook asked (a
 #: request nobody waits on, or a submit cut off in flight): one round trip with room for a

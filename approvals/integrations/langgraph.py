@@ -18,8 +18,9 @@ Driving the graph:
 The answer is plain JSON (it is checkpointed): `approved`, `status`,
 `reason`, `input`, `selection`, `for_session`, `decided_by`, `id`, and
 `arguments` — what to run: a reviewer's edit (also in `edited_arguments`,
-with `edited_by`) when they approved with edits, else the arguments asked about.
-Needs the `langgraph` extra.
+with `edited_by`) when they approved with edits, else the arguments asked about; and
+`question`: with status `asked`, what a reviewer asked instead of deciding (`approved` is
+false; answer it and ask again). Needs the `langgraph` extra.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def answer_for(approval: Approval | None) -> dict[str, Any]:
             "arguments": None,
             "edited_arguments": None,
             "edited_by": None,
+            "question": None,
         }
     return {
         "approved": approval.approved,
@@ -130,6 +132,8 @@ def answer_for(approval: Approval | None) -> dict[str, Any]:
         ),
         "edited_arguments": approval.edited_arguments,
         "edited_by": approval.edited_by,
+        # Status `asked`: the reviewer's question (approved is false); answer it and ask again.
+        "question": approval.question,
     }
 
 

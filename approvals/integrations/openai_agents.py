@@ -10,7 +10,9 @@ arguments); they are all posted first, then waited for together. Approve →
 `state.approve(item)` (approve-for-session → `always_approve=True`: the
 tool needs no approval again in this run); deny, expiry or timeout →
 `state.reject(item, rejection_message="denied: <reason>")`, which the model
-reads as the tool's result. Needs the `openai-agents` extra.
+reads as the tool's result; a reviewer's question (status `asked`) is such a rejection whose
+message carries the question and asks the model to answer it and call again. Needs the
+`openai-agents` extra.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from approvals._internal.questions import agent_text
 from approvals.client import Approval, ApprovalClient
 from approvals.models import ApprovalConfig
 from approvals.review import TIMEOUT_REASON
@@ -58,6 +61,8 @@ def rejection_message(approval: Approval | None) -> str:
         return f"denied: {approval.reason or TIMEOUT_REASON}"
     if approval.status == "error":
         return f"approval error: {approval.reason or 'the review failed'}"
+    if approval.status == "asked":  # the reviewer's question: the model answers and retries
+        return f"denied: {agent_text(approval.question, approval.decided_by)}"
     if approval.approved and approval.edited_arguments is not None:
         return "denied: the reviewer approved edited arguments, which this agent cannot run"
     return f"denied: {approval.reason or approval.status}"

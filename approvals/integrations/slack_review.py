@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from approvals._internal.questions import agent_text
 from approvals.client import Approval, ApprovalClient, SyncApprovalClient
 from approvals.errors import ApprovalError
 from approvals.models import ApprovalConfig, ApprovalEvent, normalize_config
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 
 def verdict_for(approval: Approval) -> Verdict:
     """The plugin verdict for a decided request: approved → `Allow` (with `for_session` and the
-    reviewer's `Decision`), denied / cancelled → `Deny`, expired → a timeout, error → an error."""
+    reviewer's `Decision`), denied / cancelled / asked (the question in its reason) → `Deny`,
+    expired → a timeout, error → an error."""
     decision = approval.to_decision()
     if approval.status == "approved":
         return Allow(for_session=approval.for_session, decision=decision)
@@ -46,6 +48,8 @@ def verdict_for(approval: Approval) -> Verdict:
         return Deny(approval.reason or "approval error", cause="error", decision=decision)
     if approval.status == "cancelled":
         return Deny(approval.reason or "the request was cancelled", decision=decision)
+    if approval.status == "asked":
+        return Deny(agent_text(approval.question, approval.decided_by), decision=decision)
     return Deny(approval.reason or "denied by reviewer", decision=decision)
 
 

@@ -1,17 +1,11 @@
 """What the command hook adds to a call before it is reviewed: the agent's reason, the user's
 request, and the files the call changes as they stand (the hook JSON's `approval_context`).
 
-Runs on the agent's machine as the agent's user, inside `approval-bot hook`: standard library
-only (no pydantic, no asyncio), bounded in time (`deadline`) and size, and it never raises
-(`gather`): whatever goes wrong, the call is reviewed without it. The bot reads the field
-leniently (`approvals.integrations.coding_agents.read_context`) and never reads a path itself.
-
-Files: for Claude Code's `Edit`, `MultiEdit`, `Write` and `NotebookEdit`, the file the call
-names (relative paths from the event's `cwd`) is read when it is a regular file of at most
-`MAX_ORIGINAL_BYTES` holding UTF-8 text, so the bot can show a diff against it; a sensitive
-path (`approvals._internal.file_risks.is_sensitive`: /etc, ~/.ssh, ~/.aws, shell start-up
-files) is never read. Each file is sent as `{path, exists, text?, note?}` (`note`: why it
-was not read). Codex's `apply_patch` carries its own context lines: nothing is read for it.
+Runs on the agent's machine as the agent's user: standard library only, bounded in time and
+size, and `gather` never raises (whatever goes wrong, the call is reviewed without it). A
+file is read only when it is a regular UTF-8 file of at most `MAX_ORIGINAL_BYTES` and not a
+sensitive path (`approvals._internal.file_risks.is_sensitive`). What is read and sent:
+docs/ARCHITECTURE.md, "Call context".
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """`approval-bot setup … --check` (and `doctor`): is the agent's approval gate really on?
 
-`check(agent, …)` reads the agent's settings and returns a `Report` of
-findings. An `error` is a gate that fails open or is silently off:
-
-- no approval-bot hook at all, or hooks disabled (`disableAllHooks`);
-- timeouts inconsistent: the bot may wait longer than the agent's hook
-  `timeout`, after which the agent kills the hook and runs the call (Claude
-  Code 2.1.197 and Codex 0.171.0 both, measured); less than 5 s short of it
-  is a warning;
-- Codex: the hook is not trusted (`untrusted` / `modified`), or it sits in a
-  project Codex does not trust — Codex then skips it without a word.
-
-A `warning` is a weaker gate: an `http` hook (Claude Code runs the tool when
-the bot is unreachable or slower than the hook), `--on-timeout ask`, a
-matcher that misses `Bash`, a PermissionRequest-only gate (never runs under
-`claude -p`), `onFailure` (not in 2.1.197's settings schema). The timeout
-rule itself lives in `bot.agents.install`.
-
-Given `Here` (what `--check` sees of the agent's environment), it also checks
-that the hook's command can start and whom it will ask (`bot.agents.hook_reach`).
-
-What cannot be verified from here (Codex's trust without `codex` on PATH, a bot
-that does not answer now) is `unknown`: the verdict is then "unknown", never
-"on" (exit 3 from `--check`; 0 on, 1 not reliably on); its lines are marked `????`.
+`check(agent, …)` reads the agent's settings and returns a `Report` of findings: an `error` is
+a gate that fails open or is silently off, a `warning` a weaker gate, `unknown` what cannot be
+verified from here (the verdict is then "unknown", never "on"). Given `Here`, it also checks
+that the hook's command can start and whom it will ask (`bot.agents.hook_reach`). The timeout
+rule itself lives in `bot.agents.settings_files` (`bot_wait`). Each finding and why:
+docs/ARCHITECTURE.md, "Agent setup".
 """
 
 from __future__ import annotations

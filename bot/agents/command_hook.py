@@ -1,20 +1,11 @@
 """`approval-bot hook claude-code|codex`: the command hook. Exit 0 with a decision; a deny when
 in doubt.
 
-Claude Code and Codex read a command hook's JSON only when it exits 0, take
-exit status 2 as a blocking error (the call is denied, stderr is the reason),
-and any other status — 1, a crash, death by a signal — as "no opinion" (the
-tool may run). So this command exits 0 and prints a decision for every
-PreToolUse / PermissionRequest event — a deny for input it cannot read, bad
-configuration, an unreachable bot, a conflict, a timeout, or a SIGTERM /
-SIGINT before the decision ("the hook was stopped before a decision") — and
-nothing at all for events it does not gate (PostToolUse, UserPromptSubmit,
-Stop, …). The answer is written as ASCII bytes (`\\u` escapes), so no
-encoding of stdout (`PYTHONIOENCODING=cp1252`, a Windows pipe) can refuse it;
-when stdout cannot take it at all (closed, a reader gone: EPIPE), the call is
-denied the other way the agents read, exit 2 with the reason on stderr.
-Problems are also told on stderr, in one line, never as a traceback; nothing
-written to stderr can raise (`say`).
+Every PreToolUse / PermissionRequest event gets a decision on stdout, written as ASCII JSON
+(a deny for bad input or configuration, an unreachable bot, a conflict, a timeout, a SIGTERM
+or SIGINT before the decision); other events get nothing. When stdout cannot take it, exit 2
+with the reason on stderr. Problems are one line on stderr, never a traceback (`say`). Why:
+docs/ARCHITECTURE.md, "Hooks answer every call" and "The command hook".
 """
 
 from __future__ import annotations
@@ -50,11 +41,14 @@ from approvals.integrations.hook_input import (
 from bot.agents.call_context import CONTEXT_FIELD, MAX_SECONDS, gather
 
 if TYPE_CHECKING:
+    import http.client
+    from urllib.parse import SplitResult
+
     from approvals.client import ApprovalClient
 
 log = logging.getLogger(__name__)
 
-#: Makes the approvals client from the settings (`bot.cli.main.open_client`).
+#: Makes the approvals client from the settings (`bot.cli.connect.open_client`).
 OpenClient = Callable[[Any], "ApprovalClient"]
 
 DIALECTS = ("claude-code", "codex")
@@ -112,7 +106,8 @@ def main(
 ) -> int:
     """Run the hook; returns the exit status: 0, or 2 when stdout cannot take the decision
     (`emit`). Nothing raises out of it. `open_client` makes the client from
-    the settings (`bot.cli.main.open_client`); `started` (monotonic clock): when the agent's clock
+    the settings (`bot.cli.connect.open_client`); `started` (monotonic clock): when the agent's
+    clock
     for the hook's timeout started (default: now)."""
     started = time.monotonic() if started is None else started
     signals = Signals()
@@ -382,6 +377,15 @@ def unconfigured(settings: Any) -> bool:
     return embedded_redis.recorded_url(directory) is None
 
 
+def http_connection(parts: SplitResult, timeout: float) -> http.client.HTTPConnection:
+    """An http.client connection to the bot at `parts` (a split `APPROVALS_URL`)."""
+    import http.client
+
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(parts.netloc, timeout=timeout)
+    return http.client.HTTPConnection(parts.netloc, timeout=timeout)
+
+
 def bot_timeout(budget: float) -> float:
     """The `timeout` to give the bot's hook endpoint so that it answers a little before this
     process's own `budget` runs out: the endpoint waits `time_budget(timeout)`, so this is its
@@ -449,11 +453,7 @@ def forward(
     parts = urlsplit(url)
     query = urlencode({"timeout": f"{bot_timeout(budget):.3f}", "on_timeout": on_timeout})
     payload = json.dumps(body.payload).encode()  # ASCII: lone surrogates were replaced
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(parts.netloc, timeout=budget)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, timeout=budget)
+    connection = http_connection(parts, budget)
 
     try:
         connection.request(

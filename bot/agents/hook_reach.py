@@ -1,19 +1,10 @@
 """`setup --check`'s view from where the agent runs: can the written hook command start, and
 whom will it ask? (`bot.agents.check` adds these findings to its `Report`.)
 
-Both are read from the environment of the shell `--check` runs in (the agent started from
-it inherits the same `PATH` and variables), plus Claude Code's settings `env`, which Claude
-Code sets for its hooks too:
-
-- the command's program must be found: a hook that cannot start exits 127, which Claude
-  Code and Codex take as "no opinion" and run the call (an `error`); a program that is
-  found but runs approval-bot some other way (`uv run …`, a wrapper) cannot be followed
-  (`unknown`);
-- the hook asks the bot at `APPROVALS_URL` with `APPROVALS_TOKEN` (both, or it denies every
-  call: an `error`; a bot that refuses the token: an `error`; one that does not answer
-  now: `unknown`), else a Redis named by `REDIS_URL`, else the embedded server of a running
-  `serve` (a `warning`: only while it runs); with none of these it denies every call (an
-  `error`). An http hook needs its token variable set.
+Both are read from the environment of the shell `--check` runs in, plus Claude Code's
+settings `env`: `check_command` finds the hook's program, `check_bot` finds the bot or Redis
+the hook will ask (`probe_token` tries an `APPROVALS_TOKEN`). Each finding and its level:
+docs/ARCHITECTURE.md, "Agent setup".
 """
 
 from __future__ import annotations
@@ -164,14 +155,12 @@ def probe_token(url: str, token: str, timeout: float = 3.0) -> str:
     import http.client
     from urllib.parse import urlsplit
 
+    from bot.agents.command_hook import http_connection
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "not an http(s) URL"
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = http.client.HTTPSConnection(parts.netloc, timeout=timeout)
-    else:
-        connection = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    connection = http_connection(parts, timeout)
     try:
         connection.request(
             "GET",

@@ -1,27 +1,11 @@
 """The agents' hook settings: reading, recognising and merging approval-bot's hook entries.
 
-Where the entries go:
-
-    agent        scope     file
-    claude-code  project   <project>/.claude/settings.json
-                 local     <project>/.claude/settings.local.json
-                 user      ~/.claude/settings.json
-    codex        user      $CODEX_HOME/hooks.json (~/.codex/hooks.json)
-                 project   <project>/.codex/hooks.json (read only when Codex trusts the project)
-
-A file is merged, never replaced: other keys and other hooks stay as they
-are, an approval-bot hook already there is updated in place (`merge`), and
-merging the same hook twice changes nothing. `write_with_backup` copies the
-old file to `<file>.<UTC time>.bak` first.
-
-The timeout rule (one place: `bot_wait`): the agent kills a hook that runs
-past the hook's `timeout` and then lets the call through, so the bot must
-answer first. The command's `--timeout` (the http URL's `?timeout=`) is the
-hook `timeout` minus a margin of 10 % (at least 5 s, at most 30 s), rounded
-down to 0.1 s; 600 → 570, 60 → 54.
-
-Only the standard library (and `bot.cli.durations`) is imported here: the CLI
-imports `bot.agents.install`, and with it this module, to build its parser.
+`settings_path` says where an agent's entries go, `merge` merges approval-bot's hook into a
+file (never replacing it: other keys and hooks stay, ours is updated in place, twice changes
+nothing), and `write_with_backup` keeps the old file as `<file>.<UTC time>.bak`. `bot_wait` is
+the timeout rule, in one place. Only the standard library (and `bot.cli.durations`) is
+imported: the CLI imports this module to build its parser. The files and the rule:
+docs/ARCHITECTURE.md, "Agent setup".
 """
 
 from __future__ import annotations

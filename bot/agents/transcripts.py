@@ -1,32 +1,11 @@
 """The agent's reason, from its session transcript: its words before a tool call and the user's
 latest request (Claude Code and Codex JSONL), read from the end, bounded, never raising.
 
-Run by the command hook (`bot/agents/call_context.py`) on the agent's machine, as the agent's
-user, for every gated call: so standard library only (no pydantic, no asyncio), and bounded
-whatever the file holds. The file is read backwards in `BLOCK`-byte blocks, at most
-`MAX_SCAN_BYTES` of it, until both texts are found or `deadline` passes; a line longer than
-`MAX_LINE_BYTES` (a huge tool result, a pasted file) is skipped without being parsed, and a
-line that is not a JSON object is skipped. A transcript that is missing, unreadable, not a
-regular file or of another shape gives no excerpt (`Excerpt.problem` says why): the call is
-reviewed all the same, without a reason.
-
-Claude Code (`~/.claude/projects/…/<session>.jsonl`): one line per message part, `type`
-`user` / `assistant`, `message.content` a string or a list of `text`, `thinking`, `tool_use`
-(`id`, `name`, `input`) and `tool_result` parts. The reason is the assistant's `text` parts
-before the `tool_use` whose `id` is the hook's `tool_use_id`, back to the previous user line
-(a prompt or a tool result); the request is the latest user line that is a prompt (not a tool
-result, a meta line, a compaction summary, a slash command's echo or an interruption).
-
-Codex (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`): `{"type": "response_item", "payload":
-…}` lines holding `message` (role `assistant` with `output_text`, role `user` with
-`input_text`), `function_call` / `custom_tool_call` / `local_shell_call` (`call_id`) and
-their `*_output`; `{"type": "event_msg", "payload": {"type": "user_message", "message"}}`
-is the user's prompt as typed. The reason is the assistant messages before the call whose
-`call_id` is the hook's `tool_use_id`, back to the previous tool output or user message.
-
-When the call itself is not in what was read (not written yet, or no `tool_use_id`), the
-reason is the assistant's text at the end of the transcript, after its last tool result or
-prompt: the words the agent wrote right before asking.
+Run by the command hook (`bot/agents/call_context.py`) on the agent's machine: standard library
+only. `excerpt` reads the file backwards (`lines_from_end`: `BLOCK`-byte blocks, at most
+`MAX_SCAN_BYTES`, lines over `MAX_LINE_BYTES` skipped unparsed) until both texts are found or
+its deadline passes; a transcript it cannot read gives an `Excerpt` with its `problem`. What is
+read in each agent's format: docs/ARCHITECTURE.md, "Call context".
 """
 
 from __future__ import annotations

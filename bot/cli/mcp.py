@@ -63,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="append",
         default=[],
         help="pass this variable of the environment to the upstream command (repeatable); it "
-        "gets only PATH, HOME, the locale and the like otherwise (docs/mcp-proxy.md)",
+        "gets only PATH, HOME, the locale and the like otherwise (docs/agents/mcp-proxy.md)",
     )
     p.add_argument(
         "--mark-gated",

@@ -4,10 +4,10 @@ Given a tool call (`--tool`, `--args`, and the `request` command's other fields)
 existing request's id, it draws, with the bot's own renderers (`bot.slack.render`), the
 request's message (its risk lines and the parsed view of a shell command among them), its
 row in a digest message (approval storms), and its dialogs: Details (when the message offers
-it), Deny, Respond (kind `input`), Edit… (when the route lets reviewers edit) and the
-digest's Review. Each is masked as the bot sends it (`bot.masking.masker.outbound`; the message is
-drawn masked) and printed twice: as a Block Kit Builder link (paste it in a browser
-signed in to Slack) and as plain text.
+it), Deny, Respond (kind `input`), Edit… (when the route lets reviewers edit), Ask the agent…
+(where the route offers it) and the digest's Review. Each is masked as the bot sends it
+(`bot.masking.masker.outbound`; the message is drawn masked) and printed twice: as a Block
+Kit Builder link (paste it in a browser signed in to Slack) and as plain text.
 
 A tool call is routed by the policy (`APPROVALS_POLICY_FILE`, `APPROVALS_DEFAULT_CHANNEL`)
 as `ApprovalService.create` would route it (`draft_request`); nothing is stored. An id is
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote
 
 from bot.cli.connect import CliError, on_store, policy_for, run_async
+from bot.cli.requests import add_call_arguments
 
 if TYPE_CHECKING:
     from approvals.models import ApprovalRequest
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 #: Slack's Block Kit Builder: the payload, URL-encoded JSON, after the `#`.
 BUILDER = "https://app.slack.com/block-kit-builder/#"
 #: Every part, in the order printed.
-PARTS = ("message", "details", "digest", "deny", "respond", "edit", "review")
+PARTS = ("message", "details", "digest", "deny", "respond", "edit", "ask", "review")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,25 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "preview",
         help="show a request's Slack message and dialogs, without Slack",
         description="Draw a request as the bot would post it in Slack — its message, its "
-        "digest row and its dialogs (details, deny, respond, edit, review) — masked as the "
-        "bot masks them, as Block Kit Builder links and as plain text. Give a tool call "
+        "digest row and its dialogs (details, deny, respond, edit, ask, review) — masked as "
+        "the bot masks them, as Block Kit Builder links and as plain text. Give a tool call "
         "(--tool …) or the id of an existing request.",
     )
     p.add_argument("id", nargs="?", help="an existing request (read from the bot's Redis)")
     p.add_argument("--tool", help="the tool name of a call to draw (instead of an id)")
-    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
-    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
-    p.add_argument("--options", help="comma-separated options, for --kind choice")
-    p.add_argument("--prompt")
-    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
-    p.add_argument("--session-id")
-    p.add_argument("--agent", default="cli")
-    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
-    p.add_argument(
-        "--allow-for-session",
-        action="store_true",
-        help="offer approve-for-session (needs --session-id)",
-    )
+    add_call_arguments(p)
     p.add_argument(
         "--part", choices=PARTS, action="append", help="only this part (repeatable; default all)"
     )
@@ -130,6 +119,7 @@ def draft(args: argparse.Namespace, settings: Settings) -> ApprovalRequest:
 def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(name, what it is, payload) of each part, masked as the bot sends it."""
     from approvals._internal.edits import edits_offered
+    from approvals._internal.questions import offered as questions_offered
     from approvals._internal.store.digests import Digest, Row
     from bot.masking.masker import outbound
     from bot.slack.action_ids import DETAILS
@@ -154,6 +144,8 @@ def parts(request: ApprovalRequest) -> Iterator[tuple[str, str, dict[str, Any]]]
     text = edit_text(request) if edits_offered(request) else None
     if text is not None:
         yield "edit", "the Edit… dialog", outbound(modals.edit_modal(request, text))
+    if questions_offered(request):
+        yield "ask", "the Ask the agent… dialog", outbound(modals.ask_modal(request))
     yield "review", "the Review dialog of its digest row", outbound(modals.review_modal(request))
 
 

@@ -1,18 +1,11 @@
 """`approval-bot pending | show | approve | deny | audit | request`: requests from a terminal.
 
-`pending`, `show`, `approve`, `deny` and `audit` work on the bot's Redis (an
-`ApprovalStore`): a decision goes through the same compare-and-set as a Slack click, is
-audited with `via=cli`, and queues the Slack message update. `request` asks through an
-`ApprovalClient` (the bot's HTTP API when `APPROVALS_URL` is set, else Redis).
-
-`approve` and `deny` decide the version of the arguments `show` printed (docs/security.md):
-`--version original` (the agent's own arguments) or an edit's version. Without `--version`
-a request a reviewer edited is refused (run `show`, check the edit, pass its version); an
-unedited one is decided as the agent asked it. A version no longer current (edited
-meanwhile) records nothing: exit 1.
-
-Exit status: 0 done (or approved), 1 refused (unknown id, already decided, denied, edited
-since the version given), 2 usage, configuration or connection problem (and timeouts).
+`pending`, `show`, `approve`, `deny` and `audit` work on the bot's Redis: a decision goes
+through the same compare-and-set as a Slack click (audited `via=cli`), for the version of the
+arguments `show` printed (`--version original` or an edit's; without it an edited request is
+refused). `request` asks through an `ApprovalClient`. Exit status: 0 done (or approved), 1
+refused (unknown id, already decided, denied, edited since the version given), 2 usage,
+configuration or connection problem (and timeouts).
 """
 
 from __future__ import annotations
@@ -95,21 +88,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
     p = sub.add_parser("request", help="ask for an approval from a shell script")
     p.add_argument("--tool", required=True)
-    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
-    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
-    p.add_argument("--options", help="comma-separated options, for --kind choice")
-    p.add_argument("--prompt")
-    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
+    add_call_arguments(p)
     p.add_argument("--deadline", type=positive_duration, help="the reviewers' deadline, e.g. 30m")
     p.add_argument("--call-id", help="retrying with the same id finds the same request")
-    p.add_argument("--session-id")
-    p.add_argument("--agent", default="cli")
-    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
-    p.add_argument(
-        "--allow-for-session",
-        action="store_true",
-        help="let the reviewer also approve later calls of this session (needs --session-id)",
-    )
     p.add_argument(
         "--wait",
         type=duration,
@@ -119,6 +100,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="print the approval object")
     for name in ("pending", "show", "approve", "deny", "audit", "request"):
         sub.choices[name].set_defaults(run=run)
+
+
+def add_call_arguments(p: argparse.ArgumentParser) -> None:
+    """What a call asks and how it is reviewed, as `request` and `preview` take them."""
+    p.add_argument("--args", default="{}", help="the arguments, a JSON object")
+    p.add_argument("--kind", choices=("approval", "choice", "input"), default="approval")
+    p.add_argument("--options", help="comma-separated options, for --kind choice")
+    p.add_argument("--prompt")
+    p.add_argument("--sensitivity", choices=("low", "pii", "secret"), default="low")
+    p.add_argument("--session-id")
+    p.add_argument("--agent", default="cli")
+    p.add_argument("--route", help="a policy route to ask on (the policy's rules still win)")
+    p.add_argument(
+        "--allow-for-session",
+        action="store_true",
+        help="let the reviewer also approve later calls of this session (needs --session-id)",
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -250,11 +248,24 @@ def describe(request: ApprovalRequest, now: datetime) -> list[str]:
             f"decision:   {d.outcome} by {t(d.decided_by or '-')} via {t(d.via)} at "
             f"{d.decided_at.isoformat()}"
         )
-        for label, value in (("reason", d.reason), ("input", d.input), ("selection", d.selection)):
+        for label, value in (
+            ("reason", d.reason),
+            ("input", d.input),
+            ("selection", d.selection),
+            ("question", mask_text(d.question or "", hide=hide)),
+        ):
             if value:
                 lines.append(f"{label + ':':<11} {t(value)}")
         if d.for_session:
             lines.append(f"for session: yes (scope {d.scope or 'call'})")
+    if request.answered is not None:
+        lines.append(f"answered:   by {t(request.answered.request_id)} (in the thread)")
+    if request.answers is not None:
+        asked = request.answers
+        lines.append(
+            f"answers:    {t(asked.request_id)}: asked by {t(asked.asked_by or '-')}: "
+            f"{t(mask_text(asked.question, hide=hide))}"
+        )
     if request.message:
         lines.append(f"slack:      {t(request.message.channel)} ts {t(request.message.ts)}")
     return lines

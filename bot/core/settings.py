@@ -1,22 +1,11 @@
 """Settings: every environment variable the project reads, validated in one place.
 
-Only start-up code calls `load_settings()` and passes plain values down; no
-other module reads `os.environ` (`bot.core.environment` reads it and the env file for
-this one, and for the command hook's light path).
-
-Where the values come from:
-
-- `load_settings()` reads the process environment. If `APPROVALS_ENV_FILE`
-  names a dotenv file, its values are read too and the real environment wins
-  over them. No `.env` is read implicitly, so a stray `.env` in the working
-  directory never changes a test run or a deployment.
-- `load_settings(env)` reads the given mapping instead of the process
-  environment (tests); `APPROVALS_ENV_FILE` in it is honoured the same way.
-- An empty or blank value counts as unset; values are stripped.
-
-A problem becomes one line of `SettingsError`, naming the variable:
-``PORT: must be between 1 and 65535``. Secrets are `SecretStr` and are never
-echoed in an error, a repr or a log line (`hide_input_in_errors` too).
+Only start-up code calls `load_settings()` (the process environment, plus the file
+`APPROVALS_ENV_FILE` names) or `load_settings(env)` (a mapping, for tests), and passes plain
+values down; no other module reads `os.environ` (`bot.core.environment` reads it and the env
+file for this one, and for the command hook's light path). A problem is one line of
+`SettingsError` naming the variable; secrets are `SecretStr`, never echoed. The rules:
+docs/ARCHITECTURE.md, "Settings".
 """
 
 from __future__ import annotations

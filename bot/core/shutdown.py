@@ -1,21 +1,11 @@
 """Graceful shutdown (SIGTERM): stop taking work, answer what is parked, finish what is in hand.
 
-`Bot.drain(grace)` sets `ctx.draining`; from then on:
-
-- `/healthz` answers 503 `{"draining": true}`, so a load balancer or Kubernetes readiness
-  probe stops sending this replica new calls;
-- `POST /v1/approvals` answers 503 `shutting_down` with `Retry-After: 1` (retry, on
-  another replica or this one restarted); a parked `GET /v1/approvals/{id}?wait=` is
-  answered the same way at once — `ApprovalClient` treats a 503 as a blip and polls
-  again, so its agent keeps waiting for the same request;
-- the Claude Code http hook answers a clean **deny** naming the restart (fail closed: the
-  agent is told, nothing runs unreviewed); its request stays pending until its deadline
-  (the hook's own timeout), so a reviewer's click still lands in the audit trail;
-- the dispatcher reads no more outbox entries and finishes (and acks) those in hand; the
-  webhook worker lets attempts under way finish; then everything stops.
-
-The whole drain is bounded by `grace` (`APPROVALS_SHUTDOWN_GRACE`, default 10 s; keep it
-under the platform's own kill timeout, e.g. Kubernetes' `terminationGracePeriodSeconds`).
+While `Bot.drain(grace)` runs (`ctx.draining` set), new requests are refused
+(`shutting_down_response`: 503 `shutting_down`, `Retry-After: 1`) and a call waiting on a
+reviewer ends with `Drained` (`unless_draining`, or the Waiter's `interrupt`): a parked
+long-poll answers the same 503 at once, the Claude Code http hook denies naming the restart
+(`HOOK_DENY`). The drain is bounded by `grace` (`APPROVALS_SHUTDOWN_GRACE`). What each part
+does: docs/ARCHITECTURE.md, "Draining and stopping".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """`POST /hooks/claude-code`, Claude Code's `http` hook: always HTTP 200 with a decision it reads.
 
-`POST /hooks/codex` is the same for Codex's hook JSON and output (Codex has command hooks
-only: `approval-bot hook codex` passes its JSON on to it, as `approval-bot hook claude-code`
-does to `/hooks/claude-code`, so neither command process loads pydantic or asyncio).
-
-Claude Code runs the tool when an http hook answers non-2xx, so nothing here
-answers anything else: bad or missing credentials, a body that cannot be read,
-hook JSON that does not validate, a reused `tool_use_id` with other content, a
-store outage, a timeout and any bug are all a deny (PreToolUse
-`permissionDecision: "deny"`, PermissionRequest `decision.behavior: "deny"`),
-with a reason that names the problem and no internals. Events the bot does not
-gate (PostToolUse, UserPromptSubmit, Stop, …) get `{}`: no decision.
-
-Query: `timeout` (the hook's timeout in settings.json, seconds; default
-Claude Code's 600, clamped into range, never refused) and `on_timeout`
-(`deny`, the default, `ask` or `defer`; anything else is `deny`).
+`POST /hooks/codex` is the same for Codex's hook JSON and output; the command hooks pass their
+JSON on to these (`bot/agents/command_hook.py`). Any problem (credentials, a body that cannot
+be read, a store outage, a timeout, a bug) is a deny with a reason that names it and no
+internals; events the bot does not gate get `{}`. Query: `timeout` (the hook's, seconds;
+default 600, clamped) and `on_timeout` (`deny`, `ask` or `defer`; anything else is `deny`).
+Why: docs/ARCHITECTURE.md, "Hooks answer every call".
 """
 
 from __future__ import annotations

@@ -1,44 +1,11 @@
 """What a connection may hold of `serve`'s HTTP server: read timeouts, a cap, plain bodies.
 
-Without these, a connection that sends nothing (or half a request, or a body one byte at a
-time) is kept for an hour (aiohttp's keep-alive default), and enough of them use up the
-process's files: past `RLIMIT_NOFILE` the event loop cannot accept a hook's connection any
-more (uvloop then accepts and closes what waits), and Claude Code's http hook, failing to
-connect, by default runs the tool (issue 31, item 6; `bench/bench_idle.py` measures it).
-So:
-
-- **Header timeout.** A new connection has `header_timeout` seconds (10) to send a whole
-  request head; else it is closed. Later requests on a kept-alive connection are covered by
-  the idle timeout (aiohttp's keep-alive timer fires only while no complete head arrived).
-- **Idle timeout.** A kept-alive connection with no request in flight is closed after
-  `idle_timeout` seconds (75: above the clients' own idle limits — aiohttp's 15 s, Node's
-  5 s — so a client never sends on a connection the server is closing).
-- **Body timeout.** A request body must arrive within `body_timeout` seconds (30) of its
-  head: `body_deadline` sets `BodyTimeout` on the body's stream, which the reader sees (a
-  hook answers its deny, the API 408, `/mcp` drops the connection) and the connection
-  closes after the answer.
-- None of these apply while a handler runs: a hook or MCP call waiting for a reviewer, a
-  long-poll parked inside aiohttp, and a long-poll detached from aiohttp
-  (`bot/http/parked.py`, whose socket is not aiohttp's any more) are never cut.
-- **A cap on connections** (`max_connections`; by default from `RLIMIT_NOFILE`:
-  `connection_cap`), counting the long-polls detached from aiohttp. When a connection
-  arrives at the cap, `ConnectionGuard.accept` first closes the oldest idle connection that
-  never authenticated, then the oldest one whose request is still unauthenticated (in
-  flight, or waiting unread in its socket), then the oldest idle authenticated one; a
-  connection that authenticated (`trust`: a valid bearer token, a verified Slack
-  signature) and has a request in flight, or a parked long-poll, is never closed for room.
-  With no room at all, the new connection is closed. What was closed is logged once a
-  minute at most, as counts.
-- **Plain bodies only** (`auto_decompress=False`): aiohttp would answer a compressed body it
-  cannot decode (`br`, `zstd`, broken `deflate`) with a plain-text 400 or a reset before any
-  handler runs, which a hook cannot turn into a deny. `content_encoding` names a body's
-  encoding; each reader refuses it in its own shape (hook deny, API 415).
-
-The guard reads a few attributes of aiohttp's `RequestHandler` (`_request_count`,
-`_request_in_progress`, `_next_keepalive_close_time`: when the connection began, less the
-idle timeout) and its server's registry (`_connections`); with another aiohttp they may be
-missing, and then it closes nothing it cannot judge (a test in
-`tests/bot/http/test_connections.py` checks the installed version has them).
+`GuardedSite` opens the listening socket and `ConnectionGuard.accept` makes each connection's
+protocol: a header timeout, an idle timeout and a cap on connections (`HttpLimits`,
+`connection_cap`), making room by closing the least trusted first; `body_deadline` bounds a
+body's arrival, and `content_encoding` names a body's encoding for its reader to refuse.
+Nothing is timed while a handler runs. The rules and why: docs/ARCHITECTURE.md,
+"Connections".
 """
 
 from __future__ import annotations

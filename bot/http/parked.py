@@ -1,36 +1,12 @@
 """Parked long-polls outside aiohttp: a waiting connection held by a five-slot protocol.
 
-Internal to approval-bot. `ApprovalsAPI.get` (bot/http/api.py) parks a `GET /v1/approvals/{id}
-?wait=N` whose request is still pending. Parked inside aiohttp, a connection costs about
-10.5 KiB (aiohttp's protocol, parser, request, message queue, two tasks, a keep-alive timer:
-bench/README.md, "Where the bytes go"); so `Parking.park` takes the socket away from
-aiohttp instead:
-
-- `transport.set_protocol(Parked(...))`: from now on the socket's events come here;
-- aiohttp's `RequestHandler` is told the connection is gone (its `transport` first set to
-  None, so it can neither write nor close the socket; then its own `connection_lost`, which
-  takes it out of the server's registry and cancels its keep-alive timer) and the handler
-  returns: its response is never written (aiohttp has no transport), its task ends, and the
-  request, the handler and their objects become garbage;
-- the `Watch` (approvals/_internal/store/waiting.py) stays in the Waiter, as before, and when it is
-  done (decision, timeout, shutdown, the Waiter stopping) `Parked` writes one complete
-  HTTP/1.1 response — what the handler would have answered, built by the same code (the
-  API's `answer` callable) — and hands the connection back to aiohttp as if it were a new
-  one (`Server()`, `connection_made`): keep-alive as before. It closes instead (and says
-  `Connection: close`) when the client asked to, when the bot is draining or stopping
-  (503 `shutting_down`), or after a flood.
-
-Bytes the client sends while parked (pipelined requests, garbage) are kept, up to
-`MAX_PIPELINED`, and given to aiohttp after the answer, which handles them as it would have
-(answers the requests in order, a 400 for garbage); past that bound they are dropped and
-the connection closes after the answer, so what was pipelined is never answered (an HTTP
-client re-sends it on a new connection). The client closing (EOF, reset) ends the watch at
-once (`connection_lost`; parked inside aiohttp it took up to 2 s).
-
-Fail closed: `park` detaches only what it knows how to (the aiohttp versions in
-`DETACHABLE_AIOHTTP`, an HTTP/1.1 GET without a body, nothing pipelined or buffered behind
-it, reading and writing not paused); otherwise it returns False and the handler parks
-inside aiohttp as before.
+`ApprovalsAPI.get` (bot/http/api.py) parks a pending `GET /v1/approvals/{id}?wait=N` with
+`Parking.park`: the socket goes to `Parked`, aiohttp's handler returns, and when the `Watch`
+(approvals/_internal/store/waiting.py) is done `Parked` writes what the handler would have
+answered and hands the connection back to aiohttp. `park` detaches only what it knows how to
+(`DETACHABLE_AIOHTTP`, an HTTP/1.1 GET without a body, nothing behind it); otherwise it returns
+False and the handler parks inside aiohttp. How and why: docs/ARCHITECTURE.md, "Parked
+long-polls".
 """
 
 from __future__ import annotations

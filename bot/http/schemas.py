@@ -51,7 +51,8 @@ class CreateApproval(BaseModel):
     agent: str | None = Field(default=None, max_length=200)
     #: A policy route's name to ask on: one whose `callers` lists this principal (422 for
     #: another, or one the policy does not have); the policy's rules still win, and its own
-    #: route stays the floor (docs/security.md). Never a raw channel: channels come from the
+    #: route stays the floor (docs/operating/security.md). Never a raw channel: channels come from
+    # the
     #: policy.
     route: str | None = Field(default=None, min_length=1, max_length=100)
     metadata: dict[str, Any] = Field(default_factory=dict)

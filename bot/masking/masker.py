@@ -1,24 +1,11 @@
 """Masking secrets before anything reaches Slack: texts, argument trees, and whole payloads.
 
-The rules that recognise a secret live in `bot.masking.rules`; this module
-applies them. Two layers:
-
-- The renderers (`bot.slack.render.request_message`, `bot.slack.render.modals`) mask with what they
-know about a
-  request: every value of a `secret` request, the values of secret-named
-  arguments (`hidden_values`) wherever they reappear, and every rule.
-- `outbound(payload)` is the one entry point every payload bound for Slack
-  passes, whatever the surface (messages, updates, modals, ephemeral replies,
-  DMs, App Home): `bot.slack.client.MaskingWebClient` runs it on every Web API
-  call, and `bot.core.app` on every response to `/slack/events`. A request message
-  the renderer drew (`Masked`, made only by `bot.slack.render.request_message`) was masked piece by
-  piece as it was drawn and passes as it is: the dispatcher's posts and updates
-  are not scanned twice.
-
-A masked value stays usable: `••••••(16-31 chars)` keeps its place (and so its
-argument name) and tells the reviewer its length class, never its text.
-Masking errs on the side of hiding too much: a reviewer can look a value up
-in the approval record; a token posted to a channel cannot be taken back.
+The rules that recognise a secret live in `bot.masking.rules`; this module applies them. The
+renderers mask with what they know of a request (`mask_arguments`, `hidden_values`,
+`mask_text`); `outbound(payload)` is the one entry point every payload bound for Slack
+passes, and a `Masked` message (made only by `bot.slack.render.request_message`) passes as
+drawn. A masked value keeps its place and shows its length class only: `••••••(16-31 chars)`.
+The layers, the caches and why: docs/ARCHITECTURE.md, "Masking".
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """The approvals MCP server over Streamable HTTP at `/mcp`, inside `serve`'s aiohttp app.
 
-The SDK's `StreamableHTTPSessionManager` is an ASGI app; `asgi_call` runs one
-aiohttp request through it (body in, streamed response out, `http.disconnect`
-when the client goes away, so a dropped call is cancelled and its request
-withdrawn). Every request first passes the HTTP API's bearer-token check
-(`ApprovalsAPI.authorize`): 401/403/503 exactly as `/v1/*`. Tool calls work on
-the bot's own service and waiter (`BotTransport`), so they cost no extra Redis
-connections and follow the same policy.
-
-Sessions live in the replica that created them (the SDK keeps them in memory):
-behind a load balancer, route `/mcp` with sticky sessions (`Mcp-Session-Id`).
-A session belongs to the principal whose token opened it: each request carries its
-principal to the SDK as the ASGI scope's `user`, and the SDK answers another principal's
-use of the session id (a call, a stream, a DELETE) 404, as for an unknown session.
-Bodies are read plain (a compressed one is 415, `bot/http/connections.py`); one that
-does not arrive in time drops the connection.
-Why not the `aiohttp-asgi` package: after the body its `receive()` returns an
-empty body at once, forever, so the SDK's disconnect watcher would spin a core
-for as long as a call waits for a reviewer.
+`McpEndpoint` runs the SDK's `StreamableHTTPSessionManager` (an ASGI app) one aiohttp request
+at a time through `asgi_call`, after the HTTP API's bearer-token check
+(`ApprovalsAPI.authorize`); tool calls work on the bot's own service and waiter
+(`BotTransport`) as the token's principal, which also owns the session. Sessions live in the
+replica that created them. How and why (not `aiohttp-asgi`): docs/ARCHITECTURE.md, "MCP".
 """
 
 from __future__ import annotations

@@ -143,7 +143,9 @@ TOOLS: tuple[types.Tool, ...] = (
             "the decision. kind: approval (yes/no), choice (pick one of `options`), input "
             "(free text). Give `reason`: why you want to take it (the reviewer reads it). "
             "Returns JSON: approved, status, reason, input, selection, "
-            "edited_arguments. Do not take the action unless approved is true."
+            "edited_arguments, question, summary. Do not take the action unless approved is "
+            "true. With status `asked`, a reviewer asked `question` instead of deciding: "
+            "answer it in `reason` and call this tool again with the same action."
         ),
         input_schema=_schema(RequestApprovalInput),
     ),
@@ -203,6 +205,8 @@ def decision_payload(approval: Approval | None) -> dict[str, Any]:
         "selection": approval.selection,
         "edited_arguments": _edited(approval),
         "decided_by": approval.decided_by,
+        # Status `asked`: the reviewer's question; the summary says how to answer it.
+        "question": approval.question,
         "summary": describe(approval),
         # What the call was found to risk, as its reviewers were shown it.
         "risks": [risk.model_dump() for risk in approval.risks],

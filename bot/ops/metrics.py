@@ -1,17 +1,9 @@
 """`/metrics`: the bot's Prometheus metrics, through `prometheus_client`.
 
-Each `Bot` has its own `CollectorRegistry` (tests run several bots in one process), held
-by its `BotContext` as `ctx.metrics`. Names follow Prometheus conventions: counters end in
-`_total`, durations are `_seconds` histograms.
-
-Label values are bounded: routes come from the policy, principals from the API tokens
-(`Metrics.configure`); any other value (a Slack method, an error code, a route or principal
-the configuration does not name) is kept for the first `LABEL_CAP` distinct values of that
-label and is `other` after that, so a hostile or buggy caller cannot grow the series set.
-
-What is read from Redis at scrape time (pending requests, webhook retries, the outbox's
-pending entries and the age of its oldest unhandled entry) is set by `scrape()` just before
-the text is generated.
+Each `Bot` has its own `CollectorRegistry`, held by its `BotContext` as `ctx.metrics`. Label
+values are bounded (`Metrics.configure` names the routes and principals; any other value is
+kept for the first `LABEL_CAP` and is `other` after that), and what is read from Redis is set
+by `scrape()` just before the text is generated. Why: docs/ARCHITECTURE.md, "Operating".
 """
 
 from __future__ import annotations

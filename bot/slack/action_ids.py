@@ -3,7 +3,7 @@
 Every decision control carries the request id and the version of the arguments it was
 drawn on (`control_value`: `<id>@<version>`, the id alone for the agent's own arguments);
 a listener passes that version on, so a control drawn before a reviewer's edit records
-nothing (docs/security.md). Choice buttons need distinct
+nothing (docs/operating/security.md). Choice buttons need distinct
 action ids inside one actions block, so each is `approval_choose:<index>`;
 listeners register them with `CHOOSE_PATTERN` and read the index back with
 `choice_index`. The static select (more than five options) uses one action id
@@ -40,6 +40,13 @@ RESPOND = "approval_respond"
 #: Opens the Edit… modal (approve with edited arguments, `bot/slack/render/edit_form.py`).
 EDIT = "approval_edit"
 
+#: Opens the Ask the agent… modal (a question instead of a decision,
+#: `approvals/_internal/questions.py`); its value names the version like every decision control.
+ASK = "approval_ask"
+ASK_MODAL = "approval_ask_modal"
+QUESTION_BLOCK = "approval_question_block"
+QUESTION_ACTION = "approval_question"
+
 #: A digest row's button (bot/slack/render/digest_message.py): opens the review modal of one
 # request.
 REVIEW = "approval_review"
@@ -52,6 +59,8 @@ REVIEW_TEXT_ACTION = "approval_review_text"
 REVIEW_APPROVE = "approve"
 REVIEW_DENY = "deny"
 REVIEW_RESPOND = "respond"
+#: Ask the agent the question typed in the review modal's text field.
+REVIEW_ASK = "ask"
 REVIEW_CHOOSE = "choose:"
 
 #: Opens the Details modal of a request (the agent's reason, the whole diffs:
@@ -89,6 +98,7 @@ BUTTON_ACTIONS: frozenset[str] = frozenset(
         CHOOSE_SELECT,
         RESPOND,
         EDIT,
+        ASK,
     }
 )
 

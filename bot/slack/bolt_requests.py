@@ -1,20 +1,10 @@
 """Slack's HTTP requests to `/slack/events` as slack-bolt requests, the form body decoded in C.
 
-slack-bolt's own aiohttp converter (`slack_bolt.adapter.aiohttp.to_bolt_request`)
-parses an interaction's form body (`payload=<url-encoded JSON>`, a few KB: the
-message with all its blocks) with `urllib.parse.parse_qsl`, whose percent-decoding
-is a Python loop over every escape: measured (issue 13) about 3 % of the bot's CPU
-per approval cycle. `to_bolt_request` here gives the same request — the raw body
-kept for bolt's signature check, the same parsed body and context — decoding
-well-formed escapes with the `unicode_escape` codec; anything else (non-ASCII
-text, a stray `%`) takes urllib's path, so the result never differs
-(a test compares the two on a corpus).
-
-`SlackSignature.check` runs first, on the raw bytes, before anything is parsed: a
-request without Slack's valid signature (no or a non-numeric timestamp, a stale one, a
-wrong signature, a body that is not UTF-8) is refused with one short log line, so nothing
-an unsigned caller sends reaches a parser (a payload that is not JSON was a 500 with a
-traceback) or bolt (which logs the whole body of every unsigned request at INFO).
+`SlackSignature.check` runs first, on the raw bytes: a request without Slack's valid
+signature is refused before anything parses it. `to_bolt_request` then gives the request
+slack-bolt's own aiohttp converter would, decoding well-formed percent-escapes with the
+`unicode_escape` codec and anything else through urllib, so the result never differs. Why:
+docs/ARCHITECTURE.md, "Slack in: `/slack/events`".
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The Slack Web API client of the bot: every call's payload passes `bot.masking.masker.outbound`.
 
-Whatever a surface sends (a message, an update, a modal, an ephemeral reply, a
-DM, an App Home view), it goes out through `api_call` or `post_json`, so no
-rendering path, present or future, can skip the masking. A request message the
-renderer drew (`bot.masking.masker.Masked`) was masked as it was drawn and is sent as it is.
-
-Masking is for content, never for credentials (the project's trust rules): a call's own
-credential fields (`CREDENTIAL_FIELDS`: `token`, which slack_sdk's `apps_connections_open`
-sets to the app-level token and moves into the `Authorization` header, and OAuth's
-`client_id` / `client_secret` / `code` / `refresh_token`) go out as they came, and so do the
-headers and `auth`. Masking them sent Slack `Bearer ••••••(64+ chars)` for a real
-`xapp-1-…` token: `invalid_auth`, and Socket Mode never connected (issue 31).
-
-`post_json` is the dispatcher's way for chat.postMessage and chat.update (two calls of
-every request): one JSON POST over the client's session, answered as slack_sdk answers
-(`AsyncSlackResponse`, `SlackApiError` for a 429, an `ok:false` or a non-JSON page).
-slack_sdk's own path costs ~70 µs of CPU more per call (its argument handling, URL
-join, deprecation check, retry bookkeeping and debug logging) for nothing these two
-calls use; `post_json` takes it whenever something it does not do is asked for (retry
-handlers, a proxy, default parameters, debug logging, no shared session).
+Whatever a surface sends goes out through `MaskingWebClient.api_call` or `post_json`, so no
+rendering path can skip the masking; a request message the renderer drew
+(`bot.masking.masker.Masked`) is sent as it is. A call's own credentials (`CREDENTIAL_FIELDS`,
+headers, `auth`) go out as they came (`outbound_call`). `post_json` is the dispatcher's
+lighter way for chat.postMessage and chat.update. Why both: docs/ARCHITECTURE.md, "Slack out:
+the Web API client" and "Masking".
 """
 
 from __future__ import annotations

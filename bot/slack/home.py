@@ -124,6 +124,9 @@ def _request_blocks(req: ApprovalRequest) -> list[Block]:
     if req.proposal is not None:
         head += f" · ✏️ edited by {who(req.proposal.by)}"
     text = head + "\n" + clip_escaped(v.prompt, 1500)
+    if req.answers is not None:  # a retry answering a reviewer's question: the question
+        question = call_context.collapse(v.mask(req.answers.question), 2, 300)
+        text += f"\n❓ *{who(req.answers.asked_by)} asked:* " + clip_escaped(question, 600)
     text += risk_lines.home_text(v)  # one line per risk (the first few)
     context = req.event.context
     if context is not None and not context.empty:

@@ -24,11 +24,12 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.errors import SlackApiError
 
 from approvals._internal.edits import check_edit, current_version, edits_offered
+from approvals._internal.questions import offered as questions_offered
 from approvals._internal.service import Actor
 from approvals._internal.store.connection import wait_until_done
 from approvals._internal.store.store import VoteResult
 from approvals.errors import InvalidRequest, NotAllowed, NotFound, StoreUnavailable
-from approvals.models import ApprovalRequest, GrantScope
+from approvals.models import MAX_QUESTION, ApprovalRequest, GrantScope
 from bot.core.context import BotContext
 from bot.slack import action_ids as ids
 from bot.slack import home, replies
@@ -57,11 +58,13 @@ def register(app: AsyncApp, ctx: BotContext) -> Listeners:
     app.action(ids.CHOOSE_SELECT)(track(listeners.on_choose))
     app.action(ids.RESPOND)(track(listeners.on_respond_button))
     app.action(ids.EDIT)(track(listeners.on_edit_button))
+    app.action(ids.ASK)(track(listeners.on_ask_button))
     app.action(ids.REVIEW)(track(listeners.on_review_button))
     app.action(ids.DETAILS)(track(listeners.on_details_button))
     app.view(ids.DENY_MODAL)(track(listeners.on_deny_submit))
     app.view(ids.INPUT_MODAL)(track(listeners.on_input_submit))
     app.view(ids.EDIT_MODAL)(track(listeners.on_edit_submit))
+    app.view(ids.ASK_MODAL)(track(listeners.on_ask_submit))
     app.view(ids.REVIEW_MODAL)(track(listeners.on_review_submit))
     app.command(ids.SLASH_COMMAND)(track(listeners.on_slash))
     app.event("app_home_opened")(track(listeners.on_home_opened))
@@ -101,6 +104,15 @@ def _block_value(body: Body, block_id: str) -> str | None:
             for element in block.get("elements", []):
                 if element.get("type") == "button" and element.get("value"):
                     return str(element["value"])
+    return None
+
+
+def _question_problem(question: str) -> str | None:
+    """Why a typed question cannot be asked (shown under its field), or None."""
+    if not question:
+        return "A question is required."
+    if len(question) > MAX_QUESTION:
+        return f"At most {MAX_QUESTION:,} characters, please ({len(question):,} typed)."
     return None
 
 
@@ -225,13 +237,18 @@ class Listeners:
         await ack()
         await self._guarded(body, self._open_modal(body, "edit"))
 
+    async def on_ask_button(self, ack: AsyncAck, body: Body) -> None:
+        """Ask the agent…: the question dialog, bound to the version the button was drawn on."""
+        await ack()
+        await self._guarded(body, self._open_modal(body, "ask"))
+
     async def on_review_button(self, ack: AsyncAck, body: Body) -> None:
         """A digest row's Review…: the request in full, decided in the modal."""
         await ack()
         await self._guarded(body, self._open_modal(body, "review"))
 
     async def _open_modal(
-        self, body: Body, which: Literal["deny", "input", "edit", "review"]
+        self, body: Body, which: Literal["deny", "input", "edit", "review", "ask"]
     ) -> None:
         value = str(_action(body).get("value", ""))
         version: str | None = None
@@ -274,6 +291,11 @@ class Listeners:
             view = modals.edit_modal(request, text, channel=channel, ts=ts, reply=reply)
         elif which == "review":
             view = modals.review_modal(request, channel=channel, ts=ts)
+        elif which == "ask":
+            if not questions_offered(request):
+                await self._ephemeral(body, "Asking the agent is not offered for this request.")
+                return
+            view = modals.ask_modal(request, channel=channel, ts=ts, reply=reply)
         else:
             view = (modals.deny_modal if which == "deny" else modals.input_modal)(
                 request, channel=channel, ts=ts, reply=reply
@@ -385,6 +407,19 @@ class Listeners:
         )
         await self._guarded(body, decision, meta.channel)
 
+    async def on_ask_submit(self, ack: AsyncAck, body: Body) -> None:
+        """The Ask the agent… dialog: the question (required, at most `MAX_QUESTION`), asked
+        through the service, bound to the version the dialog was drawn on."""
+        meta = _metadata(body)
+        question = self._view_value(body, ids.QUESTION_BLOCK, ids.QUESTION_ACTION).strip()
+        problem = _question_problem(question)
+        if problem is not None:
+            await ack(**modals.modal_errors(ids.QUESTION_BLOCK, problem))
+            return
+        await ack()
+        work = self._ask(body, meta.request_id, question, meta.version, meta.channel)
+        await self._guarded(body, work, meta.channel)
+
     async def on_review_submit(self, ack: AsyncAck, body: Body) -> None:
         """The review modal of a digest row: the decision chosen, bound to the version of the
         arguments the modal showed; the same service path (and checks) as the buttons."""
@@ -398,6 +433,9 @@ class Listeners:
             return
         if decision == ids.REVIEW_RESPOND and not text:
             await ack(**modals.modal_errors(ids.REVIEW_TEXT_BLOCK, "An answer is required."))
+            return
+        if decision == ids.REVIEW_ASK and (problem := _question_problem(text)) is not None:
+            await ack(**modals.modal_errors(ids.REVIEW_TEXT_BLOCK, problem))
             return
         await ack()
         await self._guarded(body, self._review(body, meta, decision, text), meta.channel)
@@ -419,6 +457,8 @@ class Listeners:
             await self._decide(body, request.id, "approve", input=text, **common)
         elif decision == ids.REVIEW_APPROVE:
             await self._decide(body, request.id, "approve", **common)
+        elif decision == ids.REVIEW_ASK:
+            await self._ask(body, request.id, text, meta.version, meta.channel)
         else:
             index = int(decision.removeprefix(ids.REVIEW_CHOOSE))
             options = request.config.options or ()
@@ -557,6 +597,47 @@ class Listeners:
             request_id,
             user,
             outcome,
+            result.status,
+            result.request.route,
+            result.request.principal or "-",
+        )
+        return result
+
+    async def _ask(
+        self,
+        body: Body,
+        request_id: str,
+        question: str,
+        version: str,
+        channel: str | None,
+    ) -> VoteResult | None:
+        """Ask the agent `question` as the clicker, for the `version` the dialog was drawn on:
+        the request ends `asked` (`ApprovalService.ask`); late, stale or refused as `_decide`."""
+        user = _user(body)
+        try:
+            result = await self.ctx.service.ask(
+                request_id, Actor(user, via="slack"), question, version=version
+            )
+        except NotFound:
+            await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
+            return None
+        except NotAllowed as e:
+            request = await self.ctx.store.get(request_id)
+            log.info("question refused id=%s user=%s why=%s", request_id, user, e.details)
+            await self._ephemeral(
+                body, modals.refusal_text(_refusal_kind(e.details), request), channel=channel
+            )
+            return None
+        except InvalidRequest as e:
+            await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
+            return None
+        self.ctx.metrics.slack_clicks.labels(result=result.status).inc()
+        await self._explain(body, result, channel)
+        await self._redraw_reply(body, result.request)
+        log.info(
+            "question id=%s user=%s result=%s route=%s principal=%s",
+            request_id,
+            user,
             result.status,
             result.request.route,
             result.request.principal or "-",

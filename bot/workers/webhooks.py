@@ -1,26 +1,11 @@
 """The webhook worker: delivers signed decision callbacks, at least once, guarded against SSRF.
 
-Reads `Keys.webhook_queue` in the `webhooks` consumer group (`approvals/_internal/store/webhooks.py`
-explains how entries get there atomically with the decision). For each entry it
-opens the request's `Delivery`, signs the body per Standard Webhooks
-(`standardwebhooks.Webhook.sign`: `webhook-id`, `webhook-timestamp`,
-`webhook-signature`) with the principal's secret, and POSTs it:
-
-- 2xx → delivered;
-- timeout, connection error, 5xx, 429 → retried with exponential backoff and
-  jitter (429/503 `Retry-After` honoured), until `give_up_after` (24 h) from the
-  first attempt, then failed;
-- any other status (4xx, a 3xx: redirects are never followed), a refused
-  address, or a host the policy no longer allows → failed at once.
-
-Every attempt is recorded. The stream entry is acked only in the same
-transaction that records the outcome, so a worker killed mid-attempt leaves
-it to be claimed by another (or by itself after a restart) after
-`claim_idle_ms`; the `webhook-id` is the same on every attempt.
-
-Connections go through `GuardedResolver`: every address a name resolves to is
-checked against the policy at connect time, and the connection is made only to
-those checked addresses, so DNS rebinding cannot reach a private address.
+`WebhookWorker` reads `Keys.webhook_queue` in the `webhooks` consumer group
+(`approvals/_internal/store/webhooks.py`), signs each request's body per Standard Webhooks with
+its principal's secret and POSTs it: 2xx delivered; a timeout, connection error, 5xx or 429
+retried with backoff until `give_up_after`; anything else failed at once. It acks an entry
+only with the record of its outcome. `GuardedResolver` connects only to addresses the policy
+allows. The rules and why: docs/ARCHITECTURE.md, "Decision webhooks".
 """
 
 from __future__ import annotations

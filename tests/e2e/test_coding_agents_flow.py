@@ -300,7 +300,7 @@ async def test_a_hook_whose_caller_went_away_withdraws_its_request(
     assert blocks and not [b for b in blocks if b.get("type") == "actions"]  # no buttons left
 
 
-# -- the agent's reason and the diff (issue 34) --------------------------------------------------
+# -- the agent's reason and the diff --------------------------------------------------
 
 
 def edit_call(project: Path, transcript: Path) -> dict[str, Any]:

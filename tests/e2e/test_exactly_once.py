@@ -290,3 +290,143 @@ async def test_details_clicks_decide_nothing_and_touch_no_message(
     assert slack.arrived("chat.update") == 1 and slack.arrived("chat.postMessage") == 1
     (shown,) = copies_of(slack, rid)
     assert not has_actions(shown) and "*Why:* x must be 2" in json.dumps(shown, ensure_ascii=False)
+
+
+# -- a retry answering a reviewer's question: a reply in the asked message's thread -----------
+
+
+async def asked_request(bot: Bot) -> tuple[str, str]:
+    """A request posted, then asked about by a reviewer: (its id, its message's ts)."""
+    assert bot.ctx is not None
+    service = bot.ctx.service
+    first = ApprovalEvent(tool_name="deploy", arguments={"env": "prod"}, session_id="s-1")
+    asked = await service.submit(first, principal="ci-agent")
+    for _ in range(200):
+        posted = await bot.ctx.store.get(asked.id)
+        if posted.message is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert posted.message is not None
+    result = await service.ask(asked.id, Actor("U0ALICE"), "Which region?", version="")
+    assert result.status == "decided"
+    return asked.id, posted.message.ts
+
+
+async def retried(bot: Bot, asked: str) -> str:
+    """The caller's retry of the tool in the session (its answer as the reason): its id."""
+    from approvals.models import CallContext
+
+    assert bot.ctx is not None
+    retry = ApprovalEvent(
+        tool_name="deploy",
+        arguments={"env": "prod", "region": "eu"},
+        session_id="s-1",
+        context=CallContext(reason="EU: the bug is only there."),
+    )
+    answer = await bot.ctx.service.submit(retry, principal="ci-agent")
+    assert answer.answers is not None and answer.answers.request_id == asked
+    return answer.id
+
+
+def in_thread(slack: SlackEmulator, root: str, request_id: str) -> list[dict[str, Any]]:
+    return [m for m in copies_of(slack, request_id) if m.get("thread_ts") == root]
+
+
+def answered_shown(slack: SlackEmulator, asked: str) -> bool:
+    return "answered in the thread" in json.dumps(copies_of(slack, asked), ensure_ascii=False)
+
+
+async def test_a_reply_slack_answers_after_the_client_timeout_is_adopted_from_the_thread(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The retry's post lands but its answer comes after the bot gave up: the next attempt
+    looks in the thread (history lists no replies) and adopts it; one reply, one redraw of
+    the asked message ("answered in the thread")."""
+    bot = await make_bot(dispatcher=fast_dispatcher(), slack_timeout=0.4)
+    assert bot.ctx is not None
+    asked, root = await asked_request(bot)
+    await slack.wait_for("chat.update", 1, timeout=5)  # the asked message, drawn
+    slack.answer_late_next("chat.postMessage", 1.5)
+    rid = await retried(bot, asked)
+    await slack.wait_until(lambda: answered_shown(slack, asked), 10, "answered")
+    replies = slack.calls_to("conversations.replies")
+    assert replies and replies[0].body.get("ts") == root
+    assert replies[0].body.get("include_all_metadata") in ("1", "true", True)
+    await asyncio.sleep(0.3)
+    assert slack.arrived("chat.postMessage") == 2, "the reply was posted again"
+    (reply,) = in_thread(slack, root, rid)
+    assert (await bot.ctx.store.get(rid)).message.ts == reply["ts"]  # type: ignore[union-attr]
+    updates = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == root]
+    assert len(updates) == 2, "drawn once asked, once answered"
+
+
+async def test_a_crash_between_the_reply_and_the_mark_still_marks_it_once(
+    make_bot: BotFactory, slack: SlackEmulator, monkeypatch: Any
+) -> None:
+    """The reply is recorded, then marking the asked request fails (the replica dies, Redis
+    blips): the entry stays owed, is taken again (the message already recorded: nothing is
+    posted) and marks it; the asked message is redrawn once."""
+    from approvals._internal.store.posting import Posting
+
+    bot = await make_bot(dispatcher=fast_dispatcher())
+    assert bot.ctx is not None
+    asked, root = await asked_request(bot)
+    await slack.wait_for("chat.update", 1, timeout=5)
+    failures: list[str] = []
+    real = Posting.answered
+
+    async def fail_once(self: Posting, asked_id: str, answer: Any) -> bool:
+        if not failures:
+            failures.append(asked_id)
+            raise StoreUnavailable("the approval store (Redis) is unavailable; try again")
+        return await real(self, asked_id, answer)
+
+    monkeypatch.setattr(Posting, "answered", fail_once)
+    rid = await retried(bot, asked)
+    await slack.wait_until(lambda: answered_shown(slack, asked), 10, "answered")
+    await asyncio.sleep(0.3)
+    assert failures == [asked]
+    assert len(in_thread(slack, root, rid)) == 1 and slack.arrived("chat.postMessage") == 2
+    updates = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == root]
+    assert len(updates) == 2
+    stored = await bot.ctx.store.get(asked)
+    assert stored.answered is not None and stored.answered.request_id == rid
+
+
+async def test_an_answered_redraw_taken_twice_is_drawn_once(
+    make_bot: BotFactory, slack: SlackEmulator, redis: Redis, keys: Keys
+) -> None:
+    bot = await make_bot(dispatcher=fast_dispatcher())
+    assert bot.ctx is not None
+    asked, root = await asked_request(bot)
+    await retried(bot, asked)
+    await slack.wait_until(lambda: answered_shown(slack, asked), 10, "answered")
+    await drained(redis, keys)
+    await redis.xadd(keys.outbox, {"op": "answered", "id": asked, "channel": CHANNEL})
+    await drained(redis, keys)
+    await asyncio.sleep(0.2)
+    updates = [c for c in slack.calls_to("chat.update") if c.body.get("ts") == root]
+    assert len(updates) == 2
+    # Counted as one decision: the redraw is not a decision.
+    assert await metric(bot, "decisions_total") == 1.0
+
+
+async def test_a_duplicate_reply_that_lands_late_is_drawn_when_the_retry_ends(
+    make_bot: BotFactory, slack: SlackEmulator
+) -> None:
+    """The reply is slow at Slack: the bot gives up, finds nothing in the thread, posts
+    again; then Slack finishes the first too. Both copies in the thread lose their buttons
+    when the retry is decided (found in the thread, not the history)."""
+    bot = await make_bot(dispatcher=fast_dispatcher(), slack_timeout=0.4)
+    assert bot.ctx is not None
+    asked, root = await asked_request(bot)
+    await slack.wait_for("chat.update", 1, timeout=5)
+    slack.slow_next("chat.postMessage", 1.5)
+    rid = await retried(bot, asked)
+    await slack.wait_until(lambda: len(in_thread(slack, root, rid)) == 2, 10, "both copies")
+    assert all(has_actions(m) for m in in_thread(slack, root, rid))
+    await bot.ctx.service.decide(rid, "approve", OPS)
+    await slack.wait_until(
+        lambda: not any(has_actions(m) for m in in_thread(slack, root, rid)), 10, "drawn"
+    )
+    assert len(in_thread(slack, root, rid)) == 2

@@ -136,7 +136,7 @@ async def test_a_prefix_grant_allows_that_command_family_and_nothing_else(
     allowed = await bash(http, bot, "npm test -- -k x")
     assert (allowed["status"], allowed["via"]) == ("approved", "grant")
     assert "npm test" in allowed["reason"]
-    # Read with the shell model (issue 33): every command of it must be the granted one.
+    # Read with the shell model: every command of it must be the granted one.
     both = await bash(http, bot, "npm test && npm test -- --watch")
     assert (both["status"], both["via"]) == ("approved", "grant")
     for command in (

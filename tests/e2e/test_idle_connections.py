@@ -1,5 +1,5 @@
 """`approval-bot serve` under a low file limit (`ulimit -n 64`) keeps answering hooks while
-hundreds of idle, unauthenticated connections are held open against it (issue 31, item 6):
+hundreds of idle, unauthenticated connections are held open against it:
 the connection cap closes the oldest idle strangers to make room. A real `serve` process on
 loopback, on this test's Redis; `bench/bench_idle.py` measures the same at 1,000."""
 

@@ -415,3 +415,20 @@ async def test_pass_env_refuses_the_approval_settings(
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 2
     assert "--pass-env" in err.decode()
+
+
+async def test_an_asked_call_never_reaches_the_upstream(
+    redis_url: str, keys: Keys, ctx: BotContext, upstream_log: Path
+) -> None:
+    """A reviewer's question instead of a decision: an error result carrying the question;
+    the upstream is never called."""
+    env = agent_env(redis_url, keys, UPSTREAM_LOG=str(upstream_log))
+    async with Client(proxy(env), mode="legacy") as client:
+        call = asyncio.create_task(client.call_tool("delete_file", {"path": "/srv/data"}))
+        request = await pending_for(ctx.store, "mcp__files__delete_file")
+        await ctx.service.ask(request.id, REVIEWER, "Is /srv/data backed up?")
+        result = await call
+        assert result.is_error
+        assert text(result).startswith("Not called: Not approved yet:")
+        assert "Is /srv/data backed up?" in text(result)
+    assert calls(upstream_log) == []

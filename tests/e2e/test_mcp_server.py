@@ -336,3 +336,37 @@ async def test_request_approval_takes_a_callback_the_policy_allows(
     # Queued with the decision: the webhook worker will deliver it.
     assert await ctx.redis.xlen(keys.webhook_queue) == 1
     assert refused.is_error and "evil.example.net" in json.loads(refused.content[0].text)["reason"]
+
+
+async def test_a_reviewers_question_comes_back_and_the_retry_answers_it(
+    redis_url: str, keys: Keys, ctx: BotContext
+) -> None:
+    """request_approval asked about: not approved, status `asked`, the question and how to
+    answer; the same action again (the answer as `reason`) answers it; permission_prompt
+    denies with the question."""
+    env = agent_env(redis_url, keys)
+    server = approval_bot("mcp", "--agent", "ops-agent", "--session-id", "mcp-sess", env=env)
+    async with Client(server) as client:
+        args = {"action": "rotate_keys", "arguments": {"scope": "all"}, "reason": "Quarterly"}
+        call = asyncio.create_task(client.call_tool("request_approval", args))
+        request = await pending_for(ctx.store, "rotate_keys")
+        await ctx.service.ask(request.id, REVIEWER, "All of them, or only the CI keys?")
+        result = await call
+        asked = answer(result)
+        assert not result.is_error  # a question is an answer, not a failure
+        assert asked["approved"] is False and asked["status"] == "asked"
+        assert asked["question"] == "All of them, or only the CI keys?"
+        assert "Answer the question" in asked["summary"] and "retry" in asked["summary"]
+        again = {**args, "arguments": {"scope": "ci"}, "reason": "Only the CI keys: they leaked."}
+        call = asyncio.create_task(client.call_tool("request_approval", again))
+        retry = await pending_for(ctx.store, "rotate_keys")
+        assert retry.answers is not None and retry.answers.request_id == request.id
+        await decide_next(ctx.service, "rotate_keys")
+        assert answer(await call)["approved"] is True
+
+        prompt = {"tool_name": "Bash", "input": {"command": "make deploy"}, "tool_use_id": "t9"}
+        call = asyncio.create_task(client.call_tool("permission_prompt", prompt))
+        request = await pending_for(ctx.store, "Bash")
+        await ctx.service.ask(request.id, REVIEWER, "Which environment?")
+        denied = answer(await call)
+        assert denied["behavior"] == "deny" and "Which environment?" in denied["message"]

@@ -102,7 +102,7 @@ def command_for(group: list[Fake]) -> str:
     finds it whole): behind wrappers, as an assignment, glued to an option (the parsed view
     splits `-pSECRET` letter by letter), and as a path a recursive delete names (cut to 60
     characters in its risk line), so the parsed view and the risk lines are drawn from them
-    (issue 33)."""
+    too."""
     parts = []
     for fake in group:
         word = shlex.quote(fake.text)
@@ -272,3 +272,82 @@ async def test_no_piece_of_any_fake_reaches_slack(
         assert window not in pieces, (
             f"{pieces[window]}: {window!r} reached Slack near {shown[max(0, i - 150) : i + 50]!r}"
         )
+
+
+def assert_no_piece(slack: SlackEmulator, *also: str) -> None:
+    """No PIECE-character window of any secret in anything the emulator received (or `also`)."""
+    sent = [json.dumps(c.body, ensure_ascii=False) for c in slack.calls]
+    shown = normalise("\n".join([*sent, *also]))[0]
+    pieces: dict[str, str] = {}
+    for fake in FAKES:
+        secret = normalise(fake.secret)[0]
+        if len(secret) <= PIECE:
+            assert secret not in shown, f"{fake.rule}: {secret!r} reached Slack"
+        for i in range(len(secret) - PIECE + 1):
+            pieces[secret[i : i + PIECE]] = fake.rule
+    for i in range(len(shown) - PIECE + 1):
+        window = shown[i : i + PIECE]
+        assert window not in pieces, (
+            f"{pieces[window]}: {window!r} reached Slack near {shown[max(0, i - 150) : i + 50]!r}"
+        )
+
+
+async def test_no_piece_of_a_fake_in_a_question_reaches_slack(
+    make_bot: BotFactory, slack: SlackEmulator, reviewer: Any
+) -> None:
+    """Every fake typed into the Ask the agent… dialog (a reviewer pasting a token, say):
+    the asked message, its redraw once answered, the retry in the thread showing the
+    question (its reason holding the fakes too), a second question on the retry, and the
+    ephemeral for a late click: nothing of a secret reaches Slack."""
+    bot = await make_bot(parse_policy(copy.deepcopy(POLICY), source="test"))
+    assert bot.ctx is not None
+    alice: Reviewer = reviewer("U0ALICE")
+    opened = 0
+    for n, group in enumerate(chunks(1900)):
+        text = "\n".join(f.text for f in group)
+        session = f"sess-{n}"
+        first = ApprovalEvent(tool_name="deploy", arguments={"n": n}, session_id=session)
+        asked = await bot.ctx.service.submit(first, principal="ci-agent")
+        await slack.wait_until(
+            lambda r=asked: any(r.id in json.dumps(m) for m in slack.messages.values()),
+            10,
+            f"the post of {asked.id}",
+        )
+        _, message = posted_message(slack, asked.id)
+        assert await alice.click(bot, message, CHANNEL, ids.ASK) == 200
+        opened += 1
+        view = await latest_view(slack, opened)
+        assert view["callback_id"] == ids.ASK_MODAL
+        await alice.submit(bot, view, {ids.QUESTION_BLOCK: {ids.QUESTION_ACTION: text}})
+        decided = await bot.ctx.waiter.wait(asked.id, timeout=5)
+        assert decided.status == "asked" and decided.decision is not None
+        assert decided.decision.question == text.strip()
+        retry = ApprovalEvent(
+            tool_name="deploy",
+            arguments={"n": n, "again": True},
+            session_id=session,
+            context=CallContext(reason=clip_reason(text)),
+        )
+        answer = await bot.ctx.service.submit(retry, principal="ci-agent")
+        assert answer.answers is not None
+        await slack.wait_until(
+            lambda a=asked.id: (
+                "answered in the thread"
+                in json.dumps([m for m in slack.messages.values() if a in json.dumps(m)])
+            ),
+            10,
+            "the answered redraw",
+        )
+        # A question on the retry (in the thread), then a late click on the first.
+        _, reply = posted_message(slack, answer.id)
+        assert reply.get("thread_ts") == message["ts"]
+        assert await alice.click(bot, reply, CHANNEL, ids.ASK) == 200
+        opened += 1
+        view = await latest_view(slack, opened)
+        await alice.submit(bot, view, {ids.QUESTION_BLOCK: {ids.QUESTION_ACTION: text}})
+        await bot.ctx.waiter.wait(answer.id, timeout=5)
+        assert await alice.click(bot, message, CHANNEL, ids.APPROVE) == 200
+    await slack.wait_until(
+        lambda: len(slack.calls_to("chat.postEphemeral")) >= len(chunks(1900)), 10, "ephemerals"
+    )
+    assert_no_piece(slack, alice.last_body)

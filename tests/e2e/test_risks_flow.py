@@ -1,4 +1,4 @@
-"""Risk hints and grants on the shell model end to end (issue 33): a Claude Code Bash call
+"""Risk hints and grants on the shell model end to end: a Claude Code Bash call
 through `POST /hooks/claude-code` and the real app is posted with its risk lines and parsed
 view, its approval object over the HTTP API has `risks`, `approval-bot show` prints them, and
 an approve-for-session prefix grant then allows the command family, one command or several,

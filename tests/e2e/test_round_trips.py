@@ -1,4 +1,4 @@
-"""Counts, not timings (issue 13): Redis commands and round trips of one complete cycle
+"""Counts, not timings: Redis commands and round trips of one complete cycle
 (create → post → click → resume → update) and of the click path, on the private server.
 
 The cycle is watched with MONITOR, which names every command the server runs: a client's
@@ -26,7 +26,7 @@ from bot.slack import action_ids as ids
 from tests.support.e2e import BotFactory, Reviewer, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
-#: Targets of issue 13.
+#: The targets.
 MAX_CLIENT_COMMANDS_PER_CYCLE = 15
 MAX_CLICK_ROUND_TRIPS = 3
 

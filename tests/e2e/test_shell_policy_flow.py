@@ -1,6 +1,6 @@
 """The shell-aware policy end to end: Claude Code's http hook (`POST /hooks/claude-code`, the
 real aiohttp app) and the command hook (`approval-bot hook claude-code`, a process) under
-the example policy of issue 33. Evasions are denied or asked, never allowed; a read-only
+the example policy. Evasions are denied or asked, never allowed; a read-only
 command is allowed at once without a Slack message."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Socket Mode end to end with real-shaped tokens (issue 31): the real bot (bolt's Socket Mode
+"""Socket Mode end to end with real-shaped tokens: the real bot (bolt's Socket Mode
 handler, slack_sdk's Socket Mode client, the bot's masking Web API client) against the
 emulator, which takes the app-level token `xapp-1-…` only in `apps.connections.open`'s
 Authorization header and the bot token `xoxb-…` only on the other methods, as Slack does.

@@ -1,4 +1,4 @@
-"""Approval storms end to end (issue 13): many requests for one channel at once are listed in
+"""Approval storms end to end: many requests for one channel at once are listed in
 digest messages, within the pacing the emulator enforces (429 + Retry-After), each with
 exactly one live set of buttons across the channel; a digest row is decided in its review
 modal through the same checks as the message buttons; the digest follows every decision;

@@ -237,7 +237,7 @@ CURL_SH = {
 async def test_a_caller_gets_no_laxer_route_by_naming_it_over_http(
     make_bot: BotFactory, slack: SlackEmulator, http: aiohttp.ClientSession
 ) -> None:
-    """Issue 31, item 2: `curl … | sh` with `route: docs` was approved by timeout, nobody
+    """`curl … | sh` with `route: docs` was approved by timeout, nobody
     asked. A principal the route does not list is refused; one it lists is asked on docs and
     denied at the deadline, as the policy's own route would."""
     policy = copy.deepcopy(DOCS_POLICY)

@@ -1,5 +1,5 @@
 """Every decision control is bound to the version of the arguments it was drawn on, and a
-session grant to what a quorum chose (issue 31, item 3) — signed clicks and modal submissions
+session grant to what a quorum chose — signed clicks and modal submissions
 through the real app on the emulator: channel messages, `/approvals` replies, the Home tab."""
 
 from __future__ import annotations

@@ -236,6 +236,7 @@ BOT_METHODS: dict[str, dict[str, Any]] = {
     "conversations.open": {"users": "U1"},
     "conversations.info": {"channel": "C1"},
     "conversations.history": {"channel": "C1"},
+    "conversations.replies": {"channel": "C1", "ts": "1.2"},
 }
 AUTH_ERRORS = {"not_authed", "invalid_auth", "not_allowed_token_type", "token_revoked"}
 
@@ -262,7 +263,7 @@ async def raw_call(
 
 
 def masked(token: str) -> str:
-    """`token` as the masker used to send it (issue 31)."""
+    """`token` as the masker used to send it."""
     return f"••••••({'64+' if len(token) > 63 else '32-63'} chars)"
 
 
@@ -579,12 +580,46 @@ async def test_history_window_order_paging_and_metadata(
     assert [m["text"] for m in rest["messages"]] == ["m2", "m1", "m0"] and not rest["has_more"]
 
 
+async def test_replies_list_a_thread_oldest_first_and_history_leaves_them_out(
+    slack: SlackEmulator, client: AsyncWebClient
+) -> None:
+    root = (await client.chat_postMessage(channel="C1", text="root", metadata=META))["ts"]
+    replies = []
+    for i in range(4):
+        res = await client.chat_postMessage(
+            channel="C1", text=f"r{i}", thread_ts=root, metadata=META
+        )
+        replies.append(res["ts"])
+    other = (await client.chat_postMessage(channel="C1", text="other"))["ts"]
+    await client.chat_postMessage(channel="C1", text="elsewhere", thread_ts=other)
+    history = await client.conversations_history(channel="C1")
+    assert [m["text"] for m in history["messages"]] == ["other", "root"], "no replies"
+    thread = await client.conversations_replies(channel="C1", ts=root)
+    assert [m["text"] for m in thread["messages"]] == ["root", "r0", "r1", "r2", "r3"]
+    assert all("metadata" not in m for m in thread["messages"]), "only when asked for"
+    assert thread["messages"][1]["thread_ts"] == root
+    since = await client.conversations_replies(
+        channel="C1", ts=root, oldest=replies[1], inclusive=True, include_all_metadata=True
+    )
+    assert [m["text"] for m in since["messages"]] == ["root", "r1", "r2", "r3"]
+    assert since["messages"][1]["metadata"] == META
+    first = await client.conversations_replies(channel="C1", ts=root, limit=2)
+    assert [m["text"] for m in first["messages"]] == ["root", "r0"] and first["has_more"]
+    cursor = first["response_metadata"]["next_cursor"]
+    rest = await client.conversations_replies(channel="C1", ts=root, cursor=cursor)
+    assert [m["text"] for m in rest["messages"]] == ["r1", "r2", "r3"] and not rest["has_more"]
+    missing = await api_error(client.conversations_replies(channel="C1", ts="1.000001"))
+    assert missing.response["error"] == "thread_not_found"
+
+
 async def test_history_needs_the_scope_of_the_channel_type() -> None:
     async with SlackEmulator(scopes={"chat:write", "channels:history"}) as limited:
         web = AsyncWebClient(token=BOT_TOKEN, base_url=limited.api_url)
         assert (await web.conversations_history(channel="C1"))["ok"]
         error = await api_error(web.conversations_history(channel="G1"))
         assert error.response["error"] == "missing_scope"
+        assert error.response["needed"] == "groups:history"
+        error = await api_error(web.conversations_replies(channel="G1", ts="1.2"))
         assert error.response["needed"] == "groups:history"
 
 

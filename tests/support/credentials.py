@@ -4,7 +4,7 @@ A real Slack bot token is `xoxb-<10 digits>-<13 digits>-<24 letters and digits>`
 app-level token `xapp-1-A<10 capitals and digits>-<13 digits>-<64 hex>`, a signing secret
 32 hex digits. Tests that used `xoxb-test` passed where the real bot failed: the masker
 does not recognise `xapp-test`, and so never showed that it rewrote the app token on its way
-to `apps.connections.open` (issue 31). With these shapes every test runs the paths a real
+to `apps.connections.open`. With these shapes every test runs the paths a real
 token runs. None of them is a real credential: they were drawn once from
 `random.Random(31)` and written here as literals. `tests/test_suite_hygiene.py` refuses a
 Slack token or signing secret of any other shape in a test or benchmark.

@@ -419,7 +419,7 @@ fake("secret_word", "the token is {s}", password(20))
 near("secret_word", "the password is too short; reset the token for bob and the api key rotation")
 near("secret_word", "🔴 secret (values hidden); token (see vault); password [redacted]")
 
-# ---------------------------------------------------------------- seen reaching Slack (issue 31)
+# ---------------------------------------------------------------- seen reaching Slack
 
 # An argv list: the password is the item after `--password` (read joined, one per line).
 argv_pw = password(16)

@@ -594,6 +594,7 @@ class SlackEmulator:
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
             "conversations.history": self._conversations_history,
+            "conversations.replies": self._conversations_replies,
             "conversations.info": self._conversations_info,
         }
 
@@ -885,6 +886,51 @@ class SlackEmulator:
         messages = [{k: v for k, v in m.items() if keep_metadata or k != "metadata"} for m in page]
         more = offset + limit < len(found)
         answer: dict[str, Any] = {"messages": messages, "has_more": more, "pin_count": 0}
+        if more:
+            answer["response_metadata"] = {"next_cursor": f"next_ts:{offset + limit}"}
+        return answer
+
+    def _conversations_replies(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A thread as Slack gives it: the parent message `ts` and its replies, oldest first,
+        between `oldest` and `latest` (exclusive unless `inclusive`), `limit` a page, cursor
+        paging; `metadata` only with `include_all_metadata`; `thread_not_found` for a `ts`
+        that is no message of the channel. Needs the *:history scope of the channel's type."""
+        channel = self._channel(body)
+        needed = {"C": "channels:history", "G": "groups:history", "D": "im:history"}.get(
+            channel[:1], "channels:history"
+        )
+        if self.scopes is not None and needed not in self.scopes:
+            provided = ",".join(sorted(self.scopes))
+            raise _SlackError("missing_scope", needed=needed, provided=provided)
+        root = str(body.get("ts") or "")
+        if (channel, root) not in self.messages:
+            raise _SlackError("thread_not_found")
+        inclusive = _truthy(body.get("inclusive"))
+        oldest = float(body.get("oldest") or 0)
+        latest = float(body.get("latest") or time.time() + 1)
+        try:
+            limit = min(1000, max(1, int(body.get("limit") or 1000)))
+            offset = int(str(body.get("cursor") or "0").removeprefix("next_ts:") or 0)
+        except ValueError:
+            raise _SlackError("invalid_cursor") from None
+
+        def within(ts: float) -> bool:
+            low = ts >= oldest if inclusive else ts > oldest
+            high = ts <= latest if inclusive else ts < latest
+            return low and high
+
+        found = [
+            m
+            for (ch, ts), m in sorted(self.messages.items(), key=lambda kv: float(kv[0][1]))
+            if ch == channel
+            and (ts == root or m.get("thread_ts") == root)
+            and (ts == root or within(float(ts)))
+        ]
+        page = found[offset : offset + limit]
+        keep_metadata = _truthy(body.get("include_all_metadata"))
+        messages = [{k: v for k, v in m.items() if keep_metadata or k != "metadata"} for m in page]
+        more = offset + limit < len(found)
+        answer: dict[str, Any] = {"messages": messages, "has_more": more}
         if more:
             answer["response_metadata"] = {"next_cursor": f"next_ts:{offset + limit}"}
         return answer

@@ -13,7 +13,7 @@ Internal (not a stable API). The modules, in the order a command goes through th
     view.py       an event's command, the cache, `risks_of`, `explain`, `plain_commands`
     model.py      the dataclasses they share
 
-docs/policy.md describes what a policy author sees.
+What a policy author sees: docs/operating/shell-commands.md.
 """
 
 from approvals._internal.shell.model import ParsedCommand, Risk, RiskCode, SimpleCommand

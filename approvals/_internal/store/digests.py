@@ -2,21 +2,11 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-Slack takes about one chat.postMessage per second per channel, so a storm of
-requests for one channel would wait minutes for their own messages. A request
-whose post would wait is listed instead as a row of the channel's open digest
-(`digest_add.lua`): the row is its place in Slack for that route round, and it
-gets no message of its own (`begin_post.lua` answers `posted`). A digest is one
-hash (`Keys.digest`): the channel, its rows (`row:<i>` = `<request id> <round>`),
-a `version` bumped by every change of a row, the `drawn` version its Slack
-message shows, and the message (`ts`) once posted; second copies of the message still to
-retire (`strays`), a look for copies that may land late (`recheck`; `parked` while that
-look is all it is scheduled for) and the reviewers still owed a DM about it (`dm:<user>`).
-`Keys.digest_dirty` holds the digests whose message is behind, scored by when they may be
-drawn next; the bot draws them (bot/slack/delivery/digests.py) under a per-digest lock
-(`digest_begin.lua`),
-records what it drew (`digest_drawn.lua`), and coalesces: at most one draw per
-digest per interval. Scripts: approvals/_internal/store/lua/digest_*.lua.
+`Digests` lists a request as a row of its channel's open digest (`digest_add.lua`), marks a
+digest dirty when a row changes (`digest_touch.lua`), and holds the draw lock and the record
+of each draw (`digest_begin.lua`, `digest_drawn.lua`) for bot/slack/delivery/digests.py. A
+digest is one hash (`Keys.digest`); `Keys.digest_dirty` lists those whose message is behind.
+The fields and why: docs/ARCHITECTURE.md, "Approval storms".
 """
 
 from __future__ import annotations

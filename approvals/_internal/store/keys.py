@@ -78,6 +78,13 @@ class Keys:
         parts = json.dumps([principal, session_id, agent, tool_name])
         return f"{self.prefix}:grants:{hashlib.sha256(parts.encode()).hexdigest()[:32]}"
 
+    def question(self, principal: str | None, session_id: str, tool_name: str) -> str:
+        """String: a reviewer's question left for one caller's retry (a `Question` as JSON,
+        `approvals/_internal/questions.py`): the caller's next pending request for the tool in
+        the session takes it (`create.lua`). Hashed like `grant_bucket`."""
+        parts = json.dumps([principal, session_id, tool_name])
+        return f"{self.prefix}:asked:{hashlib.sha256(parts.encode()).hexdigest()[:32]}"
+
     @property
     def grants(self) -> str:
         """Sorted set: every grant id, scored by when it expires (listing, revoking)."""

@@ -2,16 +2,10 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-`Outbox` is the consumer-group machinery for any such work stream: the
-webhook deliveries (`Keys.webhook_queue`, group `webhooks`) use it too.
-
-Any replica may take an entry; entries are acked once handled. An entry whose
-handling failed stays in its consumer's pending list (the PEL), which is the
-queue of work still owed (`owed`, `take_again`); the webhook deliveries
-take idle entries with `claim_stale` instead. Each
-replica keeps a heartbeat (`Keys.replica`); a consumer whose heartbeat has
-expired is gone, and `reap` hands its entries to a live one and removes it
-from the group (approvals/_internal/store/lua/reap.lua).
+`Outbox` is the consumer-group machinery of any such work stream (the webhook deliveries use
+it too): read, ack once handled, take again what is owed (`owed`, `take_again`, or
+`claim_stale`), heartbeat, and `reap` a gone replica's entries (lua/reap.lua). How entries stay
+owed: docs/ARCHITECTURE.md, "The outbox and replicas".
 """
 
 from __future__ import annotations

@@ -7,8 +7,11 @@ whose outcome nobody saw (a crash, a client timeout): the dispatcher then looks
 in the channel's history before posting again (bot/slack/delivery/copies.py). Every message
 found or posted is recorded: the first as the request's `message`, any other as
 an entry of `copies`, so the outcome is drawn on all of them.
+A retry that answers a reviewer's question is posted in the asked request's thread; once it
+is recorded there, the asked request is marked answered (`answered`, idempotent: a replica that
+takes the entry over after a crash marks it if the first did not).
 Scripts: approvals/_internal/store/lua/begin_post.lua,
-approvals/_internal/store/lua/record_message.lua.
+approvals/_internal/store/lua/record_message.lua, approvals/_internal/store/lua/answered.lua.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from typing import Literal
 from redis.asyncio import Redis
 
 from approvals._internal.store.keys import Keys
-from approvals._internal.store.store import load_script_source
-from approvals.models import SlackMessage
+from approvals._internal.store.store import OUTBOX_MAXLEN, load_script_source
+from approvals.models import Answered, SlackMessage
 
-SCRIPT_NAMES = ("begin_post", "record_message")
+SCRIPT_NAMES = ("begin_post", "record_message", "answered")
 #: Prefix of a request hash's fields naming a reviewer still owed a DM: `dm:<round>:<user>`.
 DM_PREFIX = "dm:"
 
@@ -117,6 +120,15 @@ class Posting:
         if code == 2:
             return "copy", _text(result[1]), []
         return "message", _text(result[1]), [_text(u) for u in result[2]]
+
+    async def answered(self, asked_id: str, answer: Answered) -> bool:
+        """Mark the asked request `asked_id` answered by `answer` (its retry, posted in its
+        thread) and queue the redraw of its message; False when it already was (or is gone)."""
+        marked = await self._scripts["answered"](
+            keys=[self.keys.request(asked_id), self.keys.outbox],
+            args=[asked_id, answer.model_dump_json(), OUTBOX_MAXLEN, self.keys.retention_seconds],
+        )
+        return bool(marked)
 
     async def dm_sent(self, request_id: str, escalations: int, user: str) -> None:
         """The DM to `user` about the request's message of that round is done (sent, or

@@ -5,7 +5,9 @@ Internal to approval-bot (not a stable API); agents import from `approvals`.
 A request is one hash (`Keys.request`): `data` holds the request as created
 (JSON) and the other fields hold what changes — `status`, `decision`, `route`,
 `channel`, `deadline`, `quorum`, `reviewers`, `escalations`, `message`,
-`vote:<user>`. Every change of state is one Lua script (`approvals/_internal/store/lua/`).
+`vote:<user>`, `answers` / `answered` (a reviewer's question and the retry answering it,
+`approvals/_internal/questions.py`). Every change of state is one Lua script
+(`approvals/_internal/store/lua/`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from approvals.errors import CallIdConflict, NotFound, PayloadTooLarge, StoreUna
 from approvals.models import (
     DEFAULT_DEADLINE_SECONDS,
     MAX_EVENT_BYTES,
+    Answered,
     ApprovalRequest,
     Decision,
     GrantScope,
     Proposal,
+    Question,
     SlackMessage,
     Status,
     Vote,
@@ -58,6 +62,7 @@ _STATUS_FOR_OUTCOME: dict[str, Status] = {
     "approve": "approved",
     "deny": "denied",
     "error": "error",
+    "asked": "asked",
 }
 
 
@@ -88,6 +93,9 @@ class ResolveResult:
     request: ApprovalRequest
     #: Nothing changed: the arguments were edited since the version the decider was shown.
     stale: bool = False
+    #: Nothing changed: the request moved to another route round since the decider was
+    #: checked (`expected_escalations`).
+    moved: bool = False
 
 
 @dataclass(frozen=True)
@@ -262,6 +270,7 @@ class ApprovalStore:
         *,
         decision: Decision | None = None,
         grant_id: str | None = None,
+        question_link: str | None = None,
         _replacing: str = "",
         _status: Status | None = None,
     ) -> CreateResult:
@@ -275,7 +284,12 @@ class ApprovalStore:
         create landed (`cancel_call`) makes the request already cancelled: never posted,
         never approvable. `grant_id`: the session grant `decision` comes from; if it was
         revoked (or expired) since it was looked up, the request is created pending instead
-        (asked on Slack), in the same script as the check."""
+        (asked on Slack), in the same script as the check. `question_link`: the caller's
+        question link (`Keys.question`); the new request takes a reviewer's question left there
+        (`answers`: it is the retry that answers it, `approvals/_internal/questions.py`).
+
+        A call id whose request ended `asked` makes a new request when the call comes with
+        another reason (the agent's answer; the same reason is a replay: the asked request)."""
         if request.status != "pending":
             raise ValueError("only pending requests can be created")
         now = self.now()
@@ -308,6 +322,7 @@ class ApprovalStore:
                 self.keys.audit,
                 self.keys.webhook_queue,
                 self.keys.grant(grant_id) if grant_id else key,
+                question_link or key,
             ],
             args=[
                 request.id,
@@ -335,6 +350,7 @@ class ApprovalStore:
                 # refresh without using up this minute's (the outbox would miss it).
                 self._refresh_shared_ttl(consume=decision is None),
                 "1" if grant_id and decision else "",
+                "1" if question_link else "",
             ],
         )
         code, request_id = int(result[0]), str(result[1])
@@ -347,7 +363,7 @@ class ApprovalStore:
             )
         if code == 4:
             log.info("grant gone before the create id=%s grant=%s: asking", request.id, grant_id)
-            return await self.create(request, _replacing=_replacing)
+            return await self.create(request, _replacing=_replacing, question_link=question_link)
         if code == 2:
             raise CallIdConflict(
                 f"call_id {call_id!r} was already used for a different request ({request_id}); "
@@ -358,6 +374,9 @@ class ApprovalStore:
         if created and decision is not None:
             status = _status or _STATUS_FOR_OUTCOME[decision.outcome]
             request = request.model_copy(update={"status": status, "decision": decision})
+        if created and len(result) > 2 and result[2]:
+            answers = Question.model_validate_json(_text(result[2]))
+            request = request.model_copy(update={"answers": answers})
         if created:
             log.info(
                 "request created id=%s tool=%s route=%s principal=%s",
@@ -373,7 +392,16 @@ class ApprovalStore:
             # The call-id marker outlived its (expired) request: create anew, replacing the
             # marker only if it still names that request (another replica may have just done
             # the same: then its request is the one).
-            return await self.create(request, decision=decision, _replacing=request_id)
+            return await self.create(
+                request, decision=decision, question_link=question_link, _replacing=request_id
+            )
+        if existing.status == "asked" and _reason(existing) != _reason(request):
+            # A reviewer asked, and the call comes again with the agent's answer: a new request
+            # (the same call id with the same reason is a replay, answered as asked).
+            log.info("call id of an asked request used again id=%s call_id=%s", request_id, call_id)
+            return await self.create(
+                request, decision=decision, question_link=question_link, _replacing=request_id
+            )
         log.info("request reused id=%s call_id=%s", request_id, call_id)
         return CreateResult(existing, False)
 
@@ -440,6 +468,10 @@ class ApprovalStore:
             update["escalations"] = int(row["escalations"])
         if row.get("proposal"):
             update["proposal"] = Proposal.model_validate_json(row["proposal"])
+        if row.get("answers"):
+            update["answers"] = Question.model_validate_json(row["answers"])
+        if row.get("answered"):
+            update["answered"] = Answered.model_validate_json(row["answered"])
         votes = [Vote.model_validate_json(v) for k, v in row.items() if k.startswith("vote:")]
         if votes:
             update["votes"] = tuple(sorted(votes, key=lambda v: v.at))
@@ -486,6 +518,8 @@ class ApprovalStore:
         expected_deadline: datetime | None = None,
         owner: str | None = None,
         expected_version: str | None = None,
+        expected_escalations: int | None = None,
+        link: tuple[str, str, int] | None = None,
     ) -> ResolveResult:
         """Move a pending request to a terminal status. Exactly one concurrent caller wins;
         the others get `won=False` and the request as the winner left it.
@@ -495,13 +529,19 @@ class ApprovalStore:
         request another principal made is `NotFound`, like an unknown id, and is left as
         it is (checked in the same script: no read before). With `expected_version` (the
         version of the arguments the decider was shown, `approvals/_internal/edits.py`),
-        a request edited since is left as it is: `stale`."""
+        a request edited since is left as it is: `stale`; with `expected_escalations` (the
+        route round the decider was checked against), one escalated since: `moved`. `link`:
+        (key, value, TTL) of a question link written with the decision
+        (`approvals/_internal/questions.py`)."""
         new_status = status or _STATUS_FOR_OUTCOME[decision.outcome]
         if new_status == "pending":
             raise ValueError("cannot resolve to pending")
         now = self.now()
         result = await self._scripts["resolve"](
-            keys=self._decision_keys(request_id),
+            keys=[
+                *self._decision_keys(request_id),
+                link[0] if link else self.keys.request(request_id),
+            ],
             args=[
                 request_id,
                 new_status,
@@ -511,7 +551,7 @@ class ApprovalStore:
                 self.keys.decided_channel,
                 decision.decided_by or "",
                 decision.via,
-                decision.reason or "",
+                decision.reason or decision.question or "",  # an `asked` entry: the question
                 OUTBOX_MAXLEN,
                 ts(expected_deadline) if expected_deadline else "",
                 self._refresh_shared_ttl(),
@@ -519,6 +559,9 @@ class ApprovalStore:
                 owner or "",
                 "" if expected_version is None else "1",
                 expected_version or "",
+                "" if expected_escalations is None else str(expected_escalations),
+                link[1] if link else "",
+                link[2] if link else 0,
             ],
         )
         code = int(result[0])
@@ -527,6 +570,8 @@ class ApprovalStore:
         request = self._from_hash(self._row(result[-1]))
         if code == 5:
             return ResolveResult(False, request, stale=True)
+        if code == 4:
+            return ResolveResult(False, request, moved=True)
         if code == 1:
             self._decided(request)
             log.info(
@@ -828,6 +873,15 @@ class ApprovalStore:
     @_guard
     async def ping(self) -> bool:
         return bool(await self.redis.ping())
+
+
+def _reason(request: ApprovalRequest) -> str | None:
+    context = request.event.context
+    return context.reason if context is not None else None
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _arguments_json(arguments: dict[str, Any]) -> str:

@@ -2,26 +2,11 @@
 
 Internal to approval-bot (not a stable API); agents import from `approvals`.
 
-The store publishes a request id on `Keys.decided_channel` when it leaves
-`pending`. A `Waiter` holds one subscription and one checker task; `wait(id)`
-registers a future, *then* asks the checker to read the state, so a decision
-made before the wait began is found by the read and one made after is found
-by the message. Whenever the subscription is (re)established — the server
-confirms SUBSCRIBE — and on a slow periodic tick, every waited id is read
-again, so a decision published while the connection was down is never missed.
-All reads are batched into one pipeline, so Redis connections stay constant
-in the number of waiters.
-
-A wait is one object, its `Watch` (a future: no task, no `wait_for`/`shield`,
-no timer of its own), chained from one registry entry per request id: the
-HTTP API parks thousands of long-polls on it. Deadlines are one heap and one
-`loop.call_at` for the earliest, not a timer per wait. `watch()` registers
-without the first read, for a caller that reads the request itself right
-after (the API's long-poll: its read also checks the caller's principal),
-through `read()`, batched on the Waiter's connection; a watch given its
-caller's `transport` ends with `CallerGone` soon after that connection closes;
-`interrupt()` fails every `interruptible` wait at once (the bot's drain);
-`deliver()` settles waits from a decision this process just made.
+A `Waiter` holds one subscription to `Keys.decided_channel` and one checker task. `wait(id)`
+registers a `Watch` (a future) and then reads the request; `watch()` registers without the
+read, for a caller that reads through `read()`; `deliver()` settles waits from a decision this
+process made; `interrupt()` fails every `interruptible` wait (the bot's drain). Why nothing is
+missed and what a wait costs: docs/ARCHITECTURE.md, "Waking agents".
 """
 
 from __future__ import annotations

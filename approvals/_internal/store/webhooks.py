@@ -1,18 +1,10 @@
 """Webhook deliveries and signing secrets in Redis: the state behind `bot/workers/webhooks.py`.
 
-When a request that has a `callback` leaves `pending`, the same Lua script
-that decides it (`approvals/_internal/store/lua/resolve.lua`, `vote.lua`, or `create.lua` for a
-request decided at creation) appends its id to `Keys.webhook_queue`, so a
-decision is never without its delivery. The delivery worker reads that
-stream in the `webhooks` consumer group (`approvals/_internal/store/outbox.py`), opens a
-`Delivery` (one per request; its id is the `webhook-id`, stable across
-retries), attempts it, records the attempt, and either marks it delivered,
-schedules a retry in `Keys.webhook_retries` (moved back onto the stream when
-due, by `lua/webhook_due.lua`), or marks it failed. A worker that dies holding
-an entry has it claimed by another after the claim timeout.
-
-Each principal has its own Standard Webhooks secret (`whsec_…`); after a
-rotation the previous one still signs (a second signature) for a grace period.
+A decided request's id is queued on `Keys.webhook_queue` by the script that decides it; a
+`Delivery` (one per request, its id the `webhook-id`) records every attempt and ends delivered,
+with a retry in `Keys.webhook_retries` (re-queued by `lua/webhook_due.lua`), or failed. Each
+principal has a Standard Webhooks secret (`whsec_…`); after a rotation the previous one still
+signs for a grace period. How: docs/ARCHITECTURE.md, "Decision webhooks".
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ route round. When an attempt to post may have succeeded unseen (a replica died
 with the post in flight, or Slack answered after the client gave up), the
 dispatcher looks for such copies in `conversations.history` from the first
 attempt on (with `include_all_metadata`) before posting again, and once more
-when the request ends, so that every copy shows the outcome. Reading history
+when the request ends, so that every copy shows the outcome. A request posted as a reply in
+a thread (a retry answering a reviewer's question, `approvals/_internal/questions.py`) is looked
+for in that thread (`conversations.replies`: history lists no replies). Reading history
 needs the `channels:history` / `groups:history` scopes (config/slack-manifest.yaml).
 """
 
@@ -73,22 +75,30 @@ async def find(
     *,
     since: float,
     bot_id: str,
+    thread: str | None = None,
 ) -> list[SlackMessage]:
     """The bot's messages for the request in `channel` posted since `since` (epoch s),
-    oldest first. `call(method, **kwargs)` makes one Slack call (the dispatcher's, with
-    its retries and pacing)."""
+    oldest first; with `thread` (its root's ts), the replies in that thread. `call(method,
+    **kwargs)` makes one Slack call (the dispatcher's, with its retries and pacing)."""
     return await find_matching(
         call,
         channel,
         lambda message: is_copy(message, request_id, escalations, bot_id),
         since=since,
+        thread=thread,
     )
 
 
 async def find_matching(
-    call: Any, channel: str, match: Callable[[dict[str, Any]], bool], *, since: float
+    call: Any,
+    channel: str,
+    match: Callable[[dict[str, Any]], bool],
+    *,
+    since: float,
+    thread: str | None = None,
 ) -> list[SlackMessage]:
-    """The messages of `channel` since `since` (epoch s) that `match`, oldest first."""
+    """The messages of `channel` since `since` (epoch s) that `match`, oldest first; with
+    `thread` (its root's ts), the messages of that thread (`conversations.replies`)."""
     found: dict[str, SlackMessage] = {}
     cursor = None
     for _ in range(MAX_PAGES):
@@ -101,7 +111,10 @@ async def find_matching(
         }
         if cursor:
             kwargs["cursor"] = cursor
-        page = await call("conversations_history", **kwargs)
+        if thread is not None:
+            page = await call("conversations_replies", ts=thread, **kwargs)
+        else:
+            page = await call("conversations_history", **kwargs)
         for message in page.get("messages") or []:
             if match(message):
                 ts = str(message["ts"])

@@ -17,6 +17,12 @@ A post is counted before it is made and recorded after (approvals/_internal/stor
 an attempt that follows one whose outcome nobody saw first looks for that copy
 in the channel's history and adopts it (bot/slack/delivery/copies.py). A decision drawn on a
 request draws on every copy it has.
+
+A retry that answers a reviewer's question (`ApprovalRequest.answers`,
+approvals/_internal/questions.py) is posted as a reply in the asked request's thread, by the same
+begin/record steps (its earlier copies looked for in that thread), never as a digest row; once
+recorded, the asked request is marked answered (`Posting.answered`) and its message redrawn
+(an `answered` outbox entry: a redraw, not a decision).
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from approvals._internal.policy import UNROUTED_CHANNEL
+from approvals._internal.questions import thread_of
 from approvals._internal.store.connection import cancel_and_wait
 from approvals._internal.store.digests import Digests
 from approvals._internal.store.outbox import Outbox, OutboxEntry
 from approvals._internal.store.posting import Posting
 from approvals.errors import NotFound
-from approvals.models import ApprovalRequest, Decision, SlackMessage
+from approvals.models import Answered, ApprovalRequest, Decision, SlackMessage
 from bot.core.context import BotContext
 from bot.masking.masker import LARGE_REQUEST_CHARS, Masked, payload_chars
 from bot.slack.delivery import copies
@@ -378,6 +385,11 @@ class Dispatcher:
         elif entry.op == "escalated":
             await self._mark_escalated(request, entry)
             await self.drawer.touch(row)
+        elif entry.op == "answered":
+            # An asked request whose question a retry answered in its thread: a redraw of its
+            # message ("answered in the thread"), not a decision (nobody waits, nothing counted).
+            await self._update(request, row)
+            return
         else:
             log.warning("unknown outbox op=%s id=%s", entry.op, entry.request_id)
         if self.ctx.home is not None:  # the App Home tabs that show it are looked at again
@@ -415,6 +427,7 @@ class Dispatcher:
             owed = self.posting.dms_owed(row, request.escalations)
             if owed:
                 await self._dm_reviewers(request, owed)
+            await self._answered(request)  # if a crash came between recording and marking
             return
         channel = request.channel
         if not channel or channel == UNROUTED_CHANNEL:
@@ -425,15 +438,19 @@ class Dispatcher:
             )
             return
         rounds = request.escalations
-        if self._storming(channel) and await self._to_digest(request, channel):
+        # A retry answering a reviewer's question goes in the asked request's thread (never
+        # a digest row: its place is beside the question).
+        thread = thread_of(request)
+        if thread is None and self._storming(channel) and await self._to_digest(request, channel):
             return
         begin = await self._begin(request, channel)
         if begin is None:
             return
+        thread_ts = thread.ts if thread is not None else None
         if begin.earlier_at is not None:
             # An earlier attempt may have posted without anyone seeing the answer: adopt
             # its message rather than post a second one.
-            found = await self._find(channel, request.id, rounds, begin.earlier_at)
+            found = await self._find(channel, request.id, rounds, begin.earlier_at, thread_ts)
             if found:
                 log.warning(
                     "adopting a message posted by an earlier attempt id=%s ts=%s copies=%d",
@@ -455,6 +472,7 @@ class Dispatcher:
                 once=True,
                 message=message,
                 metadata=copies.metadata(request),
+                thread_ts=thread_ts,
             )
         except Permanent as e:
             await self.posting.release(request.id, rounds)
@@ -563,10 +581,16 @@ class Dispatcher:
         return begin
 
     async def _find(
-        self, channel: str, request_id: str, rounds: int | None, since: float
+        self,
+        channel: str,
+        request_id: str,
+        rounds: int | None,
+        since: float,
+        thread: str | None = None,
     ) -> list[SlackMessage]:
-        """Earlier copies in the channel's history; none (with a warning) if the history
-        cannot be read at all (a missing scope): then a duplicate is possible, and recorded."""
+        """Earlier copies in the channel's history (in the thread rooted at `thread`, for a
+        reply); none (with a warning) if the history cannot be read at all (a missing scope):
+        then a duplicate is possible, and recorded."""
         try:
             return await copies.find(
                 self._history_call,
@@ -575,6 +599,7 @@ class Dispatcher:
                 rounds,
                 since=since,
                 bot_id=await self.slack.bot_id(),
+                thread=thread,
             )
         except Permanent as e:
             log.warning(
@@ -596,6 +621,8 @@ class Dispatcher:
         )
         if kind == "gone":
             return
+        if kind == "message":
+            await self._answered(request.model_copy(update={"message": message}))
         if kind == "copy":
             log.warning("a second copy of a request message id=%s ts=%s", request.id, message.ts)
         if status != "pending":
@@ -605,6 +632,15 @@ class Dispatcher:
             await self._retire_copy(request, message, posted_for=request.escalations)
         elif owed:
             await self._dm_reviewers(request.model_copy(update={"message": message}), owed)
+
+    async def _answered(self, request: ApprovalRequest) -> None:
+        """A retry posted in the thread of the question it answers: mark the asked request
+        answered (once; `answered.lua` queues the redraw of its message)."""
+        if request.answers is None or request.message is None or thread_of(request) is None:
+            return
+        asked = request.answers.request_id
+        if await self.posting.answered(asked, Answered(request_id=request.id)):
+            log.info("question answered in its thread asked=%s retry=%s", asked, request.id)
 
     async def _retire_copy(
         self, shown: ApprovalRequest, copy: SlackMessage, *, posted_for: int | None
@@ -651,9 +687,23 @@ class Dispatcher:
         after an attempt whose outcome nobody saw."""
         recorded, attempts = await self.posting.history(request.id, row)
         found = list(recorded)
+        answers = request.answers
         for attempt in attempts:
             if attempt.count > 1:
-                more = await self._find(attempt.channel, request.id, None, attempt.first_at)
+                # The first round of a retry answering a question was posted in its thread.
+                thread = answers.thread if answers is not None else None
+                in_thread = (
+                    thread is not None
+                    and attempt.escalations == 0
+                    and thread.channel == attempt.channel
+                )
+                more = await self._find(
+                    attempt.channel,
+                    request.id,
+                    None,
+                    attempt.first_at,
+                    thread.ts if in_thread and thread is not None else None,
+                )
                 for message in more:
                     if message not in found and message != request.message:
                         await self.posting.record(request.id, attempt.escalations, message)
@@ -665,7 +715,9 @@ class Dispatcher:
         # decision's own outbox entry, or a post that found the request decided as it landed).
         lock = None
         if not request.is_pending:
-            lock = self.ctx.keys.lock(f"drawn:{request.id}:{target.ts}")
+            # Drawn once per message per state: an asked request is drawn again once answered.
+            again = ":answered" if request.answered is not None else ""
+            lock = self.ctx.keys.lock(f"drawn:{request.id}:{target.ts}{again}")
             if not await self.ctx.redis.set(lock, request.status, nx=True, ex=POST_LOCK_SECONDS):
                 return
         try:

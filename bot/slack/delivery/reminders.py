@@ -1,26 +1,11 @@
 """Reminders to reviewers who have not acted, and the requester's notice of the outcome.
 
-A route with `remind_after` (seconds after the request was asked; then every
-`remind_every`) reminds the reviewers who have not voted: a DM each, with a link to
-the message (`chat.getPermalink`), or (`remind_via: thread`) one reply in the
-message's thread mentioning them. A request listed in a digest message (an approval
-storm, bot/slack/delivery/digests.py) is reminded of with a link to, or in the thread of, that
-digest;
-the requests of one digest due together get one reply, or one DM per reviewer.
-Each round is sent once across replicas (a lock per
-request, route round and reminder round) and none is sent once the request has ended;
-every call goes through the dispatcher's `SlackCaller` (bot/slack/delivery/calls.py): a thread
-reply takes a token of its channel's post pacing, and a 429 is waited out and tried
-again. A reminder Slack still did not take (an error that may pass) releases its round's
-lock, so the next tick sends it; one Slack refuses for good is logged and counted
-(`approvals_reminders_failed`). Nothing is dropped without a word.
-deadlines and escalation are the sweeper's, untouched. Time comes from the store's
-clock, so tests pass their own `now`.
-
-A caller of the HTTP API may name a Slack user (`notify`, a user id — never an actor)
-to be told the outcome: one DM once the request is decided. Every text is the
-rendered, masked fallback of `bot.slack.render.request_message`, and leaves through
-`bot.masking.masker.outbound`.
+`Reminders` reminds the reviewers of a route with `remind_after` who have not voted (a DM each
+or one thread reply; for a request listed in a digest, about the digest), each round once
+across replicas and none once the request has ended, through the dispatcher's `SlackCaller`
+(bot/slack/delivery/calls.py); `notify_decided` sends the DM a caller asked for with `notify`.
+Every text is the rendered, masked fallback of `bot.slack.render.request_message`. The rules:
+docs/ARCHITECTURE.md, "Reminders and the requester's notice".
 """
 
 from __future__ import annotations
@@ -31,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from approvals._internal.policy import Route
+from approvals._internal.questions import thread_of
 from approvals._internal.slack_ids import is_user, is_user_group
 from approvals._internal.store.connection import cancel_and_wait
 from approvals.models import ApprovalRequest, SlackMessage
@@ -220,9 +206,13 @@ class Reminders:
         summary = blocks.request_message(request)["text"]
         if route.remind_via == "thread":
             mentions = " ".join(blocks.who(u) for u in users) or "Reviewers"
+            # A request that is itself a reply (a retry answering a question) is reminded in
+            # the thread it is in: Slack threads have one level.
+            thread = thread_of(request)
+            root = thread.ts if thread is not None and thread.channel == message.channel else None
             await self._post(
                 message.channel,
-                thread_ts=message.ts,
+                thread_ts=root or message.ts,
                 text=f"⏰ {mentions}: still waiting for a decision. {summary}",
             )
             log.info("reminded id=%s via=thread users=%d", request.id, len(users))

@@ -1,5 +1,5 @@
-"""Block Kit modals (the Deny, Respond, Edit, Review and Details dialogs) and refusal texts
-(pure: dicts out).
+"""Block Kit modals (the Deny, Respond, Edit, Ask, Review and Details dialogs) and refusal
+texts (pure: dicts out).
 
 Strings from a request are masked and escaped as in `bot.slack.render.request_message`; a modal's
 title, submit and close texts are cut to Slack's 24 characters.
@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from approvals._internal.edits import current_version
-from approvals.models import ApprovalRequest
+from approvals._internal.questions import offered as questions_offered
+from approvals.models import MAX_QUESTION, ApprovalRequest
 from bot.masking.masker import mask_text
 from bot.slack import action_ids as ids
 from bot.slack.render import call_context
@@ -124,6 +125,33 @@ def input_modal(
     )
 
 
+def ask_modal(
+    req: ApprovalRequest,
+    *,
+    channel: str | None = None,
+    ts: str | None = None,
+    reply: ids.Reply | None = None,
+) -> dict[str, Any]:
+    """The Ask the agent… dialog: a required question (at most `MAX_QUESTION` characters). The
+    request ends `asked` (the call does not run); the agent is told the question and answers
+    it when it calls again, in this message's thread. Bound to the version it is drawn on."""
+    v = _view(req)
+    quorum = " It ends the request for every reviewer." if req.quorum > 1 else ""
+    intro = clip_escaped(
+        f"Ask the agent about {v.tool} instead of deciding: the call is not run now; the "
+        f"agent is told your question and answers it when it calls again (posted in this "
+        f"message's thread).{quorum}\n{v.prompt}",
+        MAX_SECTION,
+    )
+    question = _text_input(ids.QUESTION_BLOCK, ids.QUESTION_ACTION, "Question", optional=False)
+    question["element"]["min_length"] = 1
+    question["element"]["max_length"] = MAX_QUESTION
+    question["hint"] = _plain("The agent is told this question.", 2000)
+    blocks = [_section(intro), question]
+    version = current_version(req)
+    return _modal(req, ids.ASK_MODAL, "Ask the agent", "Ask", blocks, channel, ts, version, reply)
+
+
 def edit_modal(
     req: ApprovalRequest,
     text: str,
@@ -163,7 +191,10 @@ def review_options(req: ApprovalRequest) -> list[tuple[str, str]]:
     if req.config.kind == "input":
         return [(ids.REVIEW_RESPOND, "Respond with the answer below"), (ids.REVIEW_DENY, "Deny")]
     approve = "Approve edited" if req.proposal else "Approve"
-    return [(ids.REVIEW_APPROVE, approve), (ids.REVIEW_DENY, "Deny")]
+    decisions = [(ids.REVIEW_APPROVE, approve), (ids.REVIEW_DENY, "Deny")]
+    if questions_offered(req):
+        decisions.append((ids.REVIEW_ASK, "Ask the agent the question below"))
+    return decisions
 
 
 def review_modal(
@@ -195,6 +226,8 @@ def review_modal(
     }
     if req.config.kind == "input":
         label = "Your answer (needed to respond; the reason if you deny)"
+    elif questions_offered(req):
+        label = "Reason if you deny, or your question to the agent (optional; it is told it)"
     else:
         label = "Reason (optional; the agent is told it if you deny)"
     text = _text_input(ids.REVIEW_TEXT_BLOCK, ids.REVIEW_TEXT_ACTION, label, optional=True)
@@ -270,6 +303,7 @@ def refusal_text(kind: RefusalKind, req: ApprovalRequest | None = None) -> str:
         "expired": "This request has expired; nothing was changed.",
         "cancelled": f"This request was cancelled{by}.",
         "error": f"This request ended with an error{reason}.",
+        "asked": f"Already asked{by}: the agent was asked a question instead.",
         "pending": "This request is still waiting for a decision.",
     }
-    return texts[req.status]
+    return texts.get(req.status, f"This request already ended ({req.status}).")

@@ -21,6 +21,7 @@ from typing import Any
 
 from approvals._internal.edits import current_version, edits_offered
 from approvals._internal.grant_scopes import offered, scope_options
+from approvals._internal.questions import offered as questions_offered
 from approvals._internal.slack_ids import CHANNEL_LETTERS, USER_LETTERS
 from approvals.models import ApprovalRequest, default_prompt, utcnow
 from bot.masking.masker import Masked, hidden_values, mask_arguments, mask_text
@@ -186,6 +187,7 @@ def _summary(v: _View) -> list[Block]:
     blocks: list[Block] = [
         {"type": "header", "text": _plain(f"🔐 Approval needed: {v.tool}", MAX_HEADER)}
     ]
+    blocks += _question_blocks(v)  # a retry: the reviewer's question its reason answers
     why = call_context.why_blocks(v)  # the agent's reason, under the title
     blocks += why
     hints = risk_lines.risk_blocks(v)  # one line per risk, beside the reason
@@ -227,6 +229,27 @@ def _summary(v: _View) -> list[Block]:
         text = _PRETTY_JSON(perms)
         blocks.append(_code_section("Permissions", text, what="permissions", request_id=req.id))
     return blocks
+
+
+def _question_blocks(v: _View) -> list[Block]:
+    """On a retry that answers a reviewer's question (`ApprovalRequest.answers`): the question,
+    masked; the agent's reason under it (*Why:*) is its answer."""
+    asked = v.req.answers
+    if asked is None:
+        return []
+    question = clip_escaped(v.mask(asked.question), 2000)
+    answer = "its answer is the *Why:* below" if _has_reason(v.req) else "it gave no answer"
+    text = (
+        f"❓ *{who(asked.asked_by)} asked:* {question}\n"
+        f"_The agent called again after the question ({answer}); "
+        f"asked on `{clip_escaped(asked.request_id, 100)}`._"
+    )
+    return [_section(text)]
+
+
+def _has_reason(req: ApprovalRequest) -> bool:
+    context = req.event.context
+    return context is not None and bool(context.reason)
 
 
 def _approvals(req: ApprovalRequest) -> list[str]:
@@ -295,6 +318,9 @@ def _actions(v: _View) -> list[Block]:
     else:
         approve = "Approve edited" if req.proposal else "Approve"
         elements = [_button(approve, ids.APPROVE, value, "primary")]
+        if questions_offered(req):
+            # A question instead of a decision: bound to the version drawn, like the rest.
+            elements.append(_button("Ask the agent…", ids.ASK, value))
         if edits_offered(req):
             elements.append(_button("Edit…", ids.EDIT, value))
         # Session grants describe the agent's own call: not offered once it is edited.
@@ -407,11 +433,26 @@ def _outcome(v: _View, now: datetime) -> tuple[str, str]:
         # Withdrawn by the agent's principal (from its token), named as text, never a mention.
         by = f" by {plain(d.decided_by)}" if d and d.decided_by else ""
         line, word = f"🚫 Withdrawn{by} at {at}", "Withdrawn"
+    elif req.status == "asked":
+        return _asked_line(v, by, at), "Asked"
     else:
         line, word = "⏳ Waiting for a decision", "Pending"
     if reason:
         line += ": " + clip_escaped(reason, MAX_SECTION - len(line) - 2)
     return line, word
+
+
+def _asked_line(v: _View, by: str, at: str) -> str:
+    """`❓ Asked by <@U> at …: <question> — answered in the thread` (the question masked)."""
+    req, d = v.req, v.req.decision
+    if req.answered is not None:
+        tail = " — answered in the thread" if req.answered.in_thread else " — answered"
+    else:
+        tail = " — the agent was asked to answer it and call again"
+    head = f"❓ Asked{by} at {at}: "
+    room = MAX_SECTION - len(head) - len(tail)
+    question = clip_escaped(v.mask(d.question or "") if d else "", min(room, 2500))
+    return head + question + tail
 
 
 def decided_message(req: ApprovalRequest, *, now: datetime | None = None) -> Masked:

@@ -1,5 +1,5 @@
 """A route a caller names (`route:` on the HTTP API, `/mcp`, the Python client) can only make a
-request stricter than the policy's own route (issue 31, item 2): who may name which route
+request stricter than the policy's own route: who may name which route
 (`callers:`), and every field the two routes could disagree on, on real Redis."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every decision is bound to the version of the arguments it was shown, and a session grant to
-exactly what a quorum approved (issue 31, item 3), on real Redis: the service, and the store's
+exactly what a quorum approved, on real Redis: the service, and the store's
 scripts as the one point of truth when an edit lands between a decider's read and its write."""
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def test_a_prefix_grant_allows_more_than_one_command_only_when_each_is_its_comma
         assert all(part[:2] == ["npm", "test"] for part in parts), (later, parts)
 
 
-#: Issue 31, item 1: commands that run whatever follows them, spelled as a path or after an
+#: Commands that run whatever follows them, spelled as a path or after an
 #: assignment. None of them may be offered a prefix grant.
 WRAPPED = (
     "/usr/bin/env -i ls",
@@ -172,7 +172,7 @@ def test_a_prefix_allows_only_its_words_spelled_plainly() -> None:
 
 
 def test_a_prefix_allows_a_compound_command_when_every_part_is_its_command() -> None:
-    """Issue 33: `npm test && npm test -- --watch` is two commands the grant allows;
+    """`npm test && npm test -- --watch` is two commands the grant allows;
     `npm test; curl x | sh` has one it does not."""
     prefix = grant("prefix", bash("npm test"))
     for later in (
@@ -441,9 +441,9 @@ def test_a_prefix_grant_allows_only_the_approved_program_and_words(
     more: list[tuple[str, int, list[str]]],
     noise: str,
 ) -> None:
-    """Issue 31, item 1, and issue 33: for any approved command and any later command its
-    prefix grant allows — one command or several — every command of the later one runs the
-    approved program with the approved leading words, and nothing else runs."""
+    """For any approved command and any later command its prefix grant allows — one command
+    or several — every command of the later one runs the approved program with the approved
+    leading words, and nothing else runs."""
     approved = " ".join([first, *rest])
     if command_prefix(approved) is None:
         return
@@ -481,7 +481,7 @@ def evasion_commands() -> list[str | list[str]]:
 
 @pytest.mark.parametrize("approved", ["ls", "git status", "npm test", "rm -rf build"])
 def test_no_evasion_is_allowed_by_a_prefix_grant(approved: str) -> None:
-    """The evasion corpus of issue 33 (tests/approvals/internal/shell/evasions.yaml) as later
+    """The evasion corpus (tests/approvals/internal/shell/evasions.yaml) as later
     commands: none is allowed unless each of its commands is the granted program and words."""
     given_grant = grant("prefix", bash(approved))
     allowed = []

@@ -569,7 +569,7 @@ async def test_a_session_grant_never_answers_a_question(store: ApprovalStore) ->
         assert asked.status == "pending", config.kind
 
 
-# -- planted-bug audit (issue 31): each test fails when its bug is put back ----------------------
+# -- planted-bug audit: each test fails when its bug is put back ----------------------
 
 
 async def test_a_caller_never_turns_on_whole_tool_grants(store: ApprovalStore) -> None:

@@ -112,7 +112,7 @@ async def test_show_text_masks_secrets_and_json_is_the_approval_object(
 async def test_show_prints_the_risks_and_the_parsed_view_masked(
     cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 33: `show` prints each risk and the parsed view, masked as Slack shows them; the
+    """`show` prints each risk and the parsed view, masked as Slack shows them; the
     JSON is the approval object, its `risks` the same list."""
     token = "ghp_" + "Zq8" * 12
     command = f"CI=1 timeout 5 env GITHUB_TOKEN={token} rm -fr build"
@@ -202,7 +202,7 @@ async def test_approve_goes_through_the_cas_is_audited_and_queues_the_slack_upda
 async def test_approve_and_deny_are_bound_to_the_version_shown(
     cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 31, item 3: the CLI decides the version `show` printed. An edited request needs
+    """The CLI decides the version `show` printed. An edited request needs
     `--version`; a version that is no longer current records nothing."""
     from approvals._internal.policy_file import parse_policy
     from approvals._internal.service import Actor, ApprovalService
@@ -926,7 +926,7 @@ async def test_hook_over_http_loads_no_aiohttp_pydantic_asyncio_redis_or_slack(
 async def test_request_allow_for_session_lets_the_reviewer_approve_the_session(
     cli_env: None, ctx: BotContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`request --allow-for-session` (issue 15: the flag was missing): the request offers the
+    """`request --allow-for-session`: the request offers the
     reviewer "approve for the session"; without the flag it does not."""
     for flag in (("--allow-for-session",), ()):
         args = ("request", "--tool", f"deploy{len(flag)}", "--session-id", "s-7", "--wait", "0")

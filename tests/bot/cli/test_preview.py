@@ -53,7 +53,7 @@ def test_a_tool_call_is_drawn_in_every_part_masked(
 ) -> None:
     arguments = json.dumps({"env": "prod", "token": GHP, "replicas": 3})
     found = run_json(capsys, "--tool", "deploy", "--args", arguments)
-    assert list(found) == ["message", "digest", "deny", "edit", "review"]
+    assert list(found) == ["message", "digest", "deny", "edit", "ask", "review"]
     for part in found.values():
         text = json.dumps(part)
         assert GHP not in text and GHP not in unquote(part["builder_url"]), part["part"]
@@ -73,7 +73,7 @@ def test_a_tool_call_is_drawn_in_every_part_masked(
 def test_a_shell_call_shows_its_risks_and_parsed_view_and_the_details_dialog(
     no_config: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 33: the risk lines and the parsed view, on the message and in Details."""
+    """The risk lines and the parsed view, on the message and in Details."""
     command = f"CI=1 timeout 5 env GH_TOKEN={GHP} rm -fr build"
     found = run_json(capsys, "--tool", "Bash", "--args", json.dumps({"command": command}))
     assert list(found) == ["message", "details", "digest", "deny", "edit", "review"]

@@ -29,6 +29,8 @@ from approvals._internal.file_changes import Original, changes_for
 from approvals._internal.risk_hints import request_risks
 from approvals.models import (
     MAX_OPTION_LEN,
+    MAX_QUESTION,
+    Answered,
     ApprovalConfig,
     ApprovalEvent,
     ApprovalRequest,
@@ -36,7 +38,10 @@ from approvals.models import (
     Decision,
     FileChange,
     Proposal,
+    Question,
+    SlackMessage,
     Vote,
+    utcnow,
 )
 from bot.masking import masker as masking
 from bot.masking.masker import Masked, mask_text, outbound
@@ -111,6 +116,19 @@ def requests_for(fake: Fake) -> Iterator[ApprovalRequest]:
             update={"edited_arguments": edited, "edited_by": "U3"}
         )
         yield pending.model_copy(update={"status": "approved", "decision": approved})
+        # A reviewer's question (an agent may echo a secret into it, or a reviewer paste one):
+        # asked, then answered in the thread; and the retry that shows it as what it answers.
+        if len(text) <= MAX_QUESTION and config.kind == "approval":
+            asked = pending.model_copy(
+                update={"status": "asked", "decision": Decision.ask(text, by=short or "U2")}
+            )
+            yield asked
+            yield asked.model_copy(update={"answered": Answered(request_id="apr_retry")})
+            root = SlackMessage(channel="C1", ts="1.2")
+            question = Question(
+                request_id=pending.id, question=text, asked_by="U2", asked_at=utcnow(), thread=root
+            )
+            yield pending.model_copy(update={"answers": question, "channel": "C1"})
 
 
 def context_files(fake: Fake, text: str) -> tuple[FileChange, ...]:
@@ -176,6 +194,8 @@ def surfaces(req: ApprovalRequest) -> Iterator[tuple[str, Any]]:
     yield "escalated_note", blocks.escalated_note(req, "C0OPS")
     yield "deny_modal", {"view": modals.deny_modal(req, channel="C1", ts="1.2")}
     yield "input_modal", {"view": modals.input_modal(req, channel="C1", ts="1.2")}
+    yield "ask_modal", {"view": modals.ask_modal(req, channel="C1", ts="1.2")}
+    yield "review_modal", {"view": modals.review_modal(req, channel="C1", ts="1.2")}
     text = bot_edits.edit_text(req)
     if text is not None:
         yield "edit_modal", {"view": modals.edit_modal(req, text, channel="C1", ts="1.2")}
@@ -201,7 +221,7 @@ def test_no_surface_shows_any_piece_of_a_secret(fake: Fake) -> None:
 
 def command_requests(fake: Fake) -> Iterator[ApprovalRequest]:
     """Shell commands carrying `fake` where the parsed view and the risk lines show pieces of
-    a command (issue 33): after wrappers and assignments, as an option's value glued to it,
+    a command: after wrappers and assignments, as an option's value glued to it,
     as a path a risk names (cut to 60 characters there), inside `bash -c`, in an argv list;
     with their risks found as `draft_request` finds them."""
     text = fake.text
@@ -297,11 +317,12 @@ FIELDS = (
     "tool_name", "agent", "session_id", "principal", "command", "path", "cwd", "prompt",
     "argument", "argument_key", "nested", "list_item", "permissions", "option", "reason",
     "input", "selection", "note", "edited", "decided_by", "why", "asked", "diff_new",
-    "diff_old",
+    "diff_old", "question",
 )  # fmt: skip
 SHORT_FIELDS = {"tool_name": 200, "agent": 200, "session_id": 200, "principal": 64}
 SHORT_FIELDS |= {"option": MAX_OPTION_LEN, "selection": MAX_OPTION_LEN, "decided_by": 200}
-STATES = ("pending", "approved", "denied", "error", "cancelled", "expired")
+SHORT_FIELDS |= {"question": MAX_QUESTION}
+STATES = ("pending", "approved", "denied", "error", "cancelled", "expired", "asked")
 
 
 def _request(
@@ -351,6 +372,16 @@ def _request(
             )
             return req.model_copy(update={"status": status, "decision": decision})
     by = get("decided_by") or "U2"
+    if "question" in values and status != "asked":
+        # A retry answering a reviewer's question: the question is shown on it.
+        question = Question(
+            request_id="apr_asked", question=values["question"], asked_by=by, asked_at=utcnow()
+        )
+        req = req.model_copy(update={"answers": question})
+    if status == "asked":
+        question_text = get("question") or "Which region?"
+        decision = Decision.ask(question_text, by=by)
+        return req.model_copy(update={"status": status, "decision": decision})
     if status == "pending":
         return req.model_copy(update={"votes": [Vote(user="U1", outcome="approve")]})
     if status == "approved":

@@ -127,7 +127,7 @@ def test_the_edit_shows_a_real_diff_with_counts_relative_path_and_no_risk() -> N
 
 
 def test_writes_outside_the_cwd_and_to_sensitive_paths_get_a_risk_hint() -> None:
-    """Issue 34: one line each, beside the *Why:* (the request's own risks, as the agent
+    """File write hints: one line each, beside the *Why:* (the request's own risks, as the agent
     reads them), not repeated on the file's head."""
     req = request("Write", {"file_path": "/etc/cron.d/backup", "content": "* * * * * root x\n"},
                   original=None, path="/etc/cron.d/backup")  # fmt: skip

@@ -554,7 +554,7 @@ def test_metadata_round_trip_and_bare_ids() -> None:
 
 
 def test_every_control_names_the_version_it_is_drawn_on() -> None:
-    """Issue 31, item 3: every button of a message (and a select's block, through its Deny)
+    """Every button of a message (and a select's block, through its Deny)
     reads back as (request id, the version of the arguments it was drawn on); the Deny and
     Respond dialogs carry it too."""
     from approvals.models import Proposal

@@ -238,7 +238,7 @@ def _masked_text(call: Any) -> str:
 async def test_the_app_token_reaches_apps_connections_open_untouched(
     slack: SlackEmulator, session: aiohttp.ClientSession
 ) -> None:
-    """Issue 31: slack_sdk passes the app-level token as the call's `token` parameter; masked,
+    """Slack_sdk passes the app-level token as the call's `token` parameter; masked,
     Slack got `Bearer ••••••(64+ chars)`, answered invalid_auth, and Socket Mode never
     connected."""
     client = await _client(slack, session, direct=False)

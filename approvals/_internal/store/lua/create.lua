@@ -23,6 +23,12 @@
 -- KEYS[8] the session grant that decides it (or the request key)   ARGV[23] '1' when a grant
 --   decides it: {4, ''} when that grant is gone (revoked, expired) since it was looked up:
 --   nothing is written, and the caller asks instead.
+-- KEYS[9] the caller's question link (`Keys.question`; the request key when none)
+-- ARGV[24] '1' to take it: the new request (the caller's next one for this tool in this
+--   session) takes a reviewer's question left for this caller, session and tool
+--   (`resolve.lua`), as its `answers` field, and the link is gone: {1, id, question JSON}
+--   ('' when there was none). One decided at creation (a policy rule, a grant) takes it too:
+--   it answers nobody, and no later call is shown as the answer.
 if ARGV[7] == '1' then
   local existing = redis.call('GET', KEYS[2])
   if existing then
@@ -47,6 +53,14 @@ end
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', 'created',
   'status', 'pending', 'by', ARGV[10], 'via', 'create', 'at', ARGV[3], 'route', ARGV[8])
 if ARGV[22] == '1' then redis.call('EXPIRE', KEYS[6], ARGV[6]) end
+local answers = ''
+if ARGV[24] == '1' then
+  answers = redis.call('GET', KEYS[9]) or ''
+  if answers ~= '' then
+    redis.call('DEL', KEYS[9])
+    redis.call('HSET', KEYS[1], 'answers', answers)
+  end
+end
 if decided then
   redis.call('HSET', KEYS[1], 'status', ARGV[14], 'decision', ARGV[15])
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[11], '*', 'id', ARGV[1], 'event', ARGV[14],
@@ -56,7 +70,7 @@ if decided then
     redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[11], '*', 'op', 'decided', 'id', ARGV[1])
     redis.call('EXPIRE', KEYS[7], ARGV[6])
   end
-  return {1, ARGV[1]}
+  return {1, ARGV[1], answers}
 end
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
@@ -65,4 +79,4 @@ redis.call('EXPIRE', KEYS[4], ARGV[6])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'post', 'id', ARGV[1],
   'channel', ARGV[9])
 if ARGV[22] == '1' then redis.call('EXPIRE', KEYS[5], ARGV[6]) end
-return {1, ARGV[1]}
+return {1, ARGV[1], answers}

@@ -15,11 +15,18 @@
 -- ARGV[15] '1' to resolve only a request whose arguments are still those of version ARGV[16]
 --   ('' = the agent's own; else a reviewer's edit, `proposal_version`): the version the
 --   decider was shown
+-- ARGV[17] expected escalations ('' = any): the decider was checked against that route round
+--   (a reviewer's question, `approvals/_internal/questions.py`); a request escalated since is
+--   answered {4, status, hash} and nothing changes
+-- KEYS[7] the caller's question link (`Keys.question`; the request key when none)
+-- ARGV[18] the link's value ('' = none: nothing is linked)   ARGV[19] its TTL (s): with a
+--   question, the caller's retry takes it (`create.lua`)
 -- Every answer but {-1} ends with the request hash as it is now (HGETALL's flat list), so the
 -- caller needs no follow-up read.
 -- Returns {1, status, hash} when this call decided, {0, status, hash} when it lost,
--- {5, status, hash} when the arguments were edited since the decider looked (nothing
--- changed), {-1} when there is no such request.
+-- {5, status, hash} when the arguments were edited since the decider looked, {4, status, hash}
+-- when the request moved to another route round (nothing changed by 4 or 5), {-1} when there
+-- is no such request.
 local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return {-1} end
 local h = {}
@@ -35,6 +42,9 @@ if ARGV[11] ~= '' and (h['deadline'] and row[h['deadline']]) ~= ARGV[11] then
 end
 if ARGV[15] == '1' and (h['proposal_version'] and row[h['proposal_version']] or '') ~= ARGV[16] then
   return {5, status, row}
+end
+if ARGV[17] and ARGV[17] ~= '' and (h['escalations'] and row[h['escalations']] or '0') ~= ARGV[17] then
+  return {4, status, row}
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
@@ -54,6 +64,9 @@ end
 if h['callback'] then
   redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[10], '*', 'op', 'decided', 'id', ARGV[1])
   redis.call('EXPIRE', KEYS[6], ARGV[5])
+end
+if ARGV[18] and ARGV[18] ~= '' then
+  redis.call('SET', KEYS[7], ARGV[18], 'EX', ARGV[19])
 end
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return {1, ARGV[2], row}

@@ -1,4 +1,4 @@
-"""The evasion and benign corpora under the example policy of issue 33: every evasion is
+"""The evasion and benign corpora under the example policy: every evasion is
 denied or asked as its entry says (never allowed), every everyday read-only command is
 allowed at once, every everyday writing command is asked. The confusion table is printed by
 `python -m bench.bench_shell --corpus`."""

@@ -93,8 +93,9 @@ def test_redirections_and_input() -> None:
 
 
 def test_redirections_alone_are_the_null_command_writing_their_files() -> None:
-    """`ls; > /etc/passwd` truncates /etc/passwd: bash runs the redirection alone as `:`. Found
-    in issue 33's grants work: the walk dropped it, and the read-only rule allowed the line."""
+    """`ls; > /etc/passwd` truncates /etc/passwd: bash runs the redirection alone as `:`.
+    Found while putting prefix grants on the model: the walk dropped it, and the read-only
+    rule allowed the line."""
     ls, null = analyse("ls; > /etc/passwd").commands
     assert ls.program == "ls" and null.program == ":"
     assert [(r.op, r.target.text if r.target else None) for r in null.redirects] == [
@@ -106,8 +107,8 @@ def test_redirections_alone_are_the_null_command_writing_their_files() -> None:
 
 def test_a_word_across_a_line_break_is_unanalysable() -> None:
     """tree-sitter-bash reads `ls <newline>\\rm -rf /` as `ls` with the argument
-    `<newline>rm`; bash ends `ls` at the line break and runs `rm -rf /`. Found in issue 33's
-    grants work: the read-only rule allowed it."""
+    `<newline>rm`; bash ends `ls` at the line break and runs `rm -rf /`. Found while
+    putting prefix grants on the model: the read-only rule allowed it."""
     for command in ("ls \n\\rm -rf /", "ls\t\n\\touch x", "ls\n\\ls"):
         parsed = analyse(command)
         assert not parsed.analysable, command

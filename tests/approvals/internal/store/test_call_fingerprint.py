@@ -57,6 +57,8 @@ NOT_FINGERPRINTED_CONFIG = {
     "allow_for_session",
     "allow_tool_grants",
     "allow_edits",
+    # What the route offers the reviewer (set from the route, never by the caller).
+    "allow_questions",
 }
 
 
