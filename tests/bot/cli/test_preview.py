@@ -76,7 +76,7 @@ def test_a_shell_call_shows_its_risks_and_parsed_view_and_the_details_dialog(
     """The risk lines and the parsed view, on the message and in Details."""
     command = f"CI=1 timeout 5 env GH_TOKEN={GHP} rm -fr build"
     found = run_json(capsys, "--tool", "Bash", "--args", json.dumps({"command": command}))
-    assert list(found) == ["message", "details", "digest", "deny", "edit", "review"]
+    assert list(found) == ["message", "details", "digest", "deny", "edit", "ask", "review"]
     for name in ("message", "details", "review"):
         text = json.dumps(found[name]["payload"], ensure_ascii=False)
         assert "⚠️ *recursive delete*: rm -r of build" in text, name
