@@ -1,20 +1,8 @@
 """Claude Code and Codex hook JSON: hook input → `ApprovalEvent`, decision → hook output.
 
-Pure translation plus one transport-agnostic runner (`answer_hook`), shared by the
-bot's `POST /hooks/claude-code` endpoint and the `approval-bot hook …` commands.
-
-Input (both agents): `session_id`, `cwd`, `hook_event_name`, `tool_name`,
-`tool_input` (an object), `tool_use_id` (absent on PermissionRequest),
-`permission_mode`; other documented fields (`transcript_path`, `model`,
-`turn_id`, `permission_suggestions`, …) are accepted and ignored: no path a
-client sends is ever read here (the bot may be another machine). One field
-is ours, `approval_context` (`CONTEXT_FIELD`): why the agent makes the call
-and the files it changes as they stand, which `approval-bot hook` reads on
-the agent's machine (`bot/agents/call_context.py`) and any integration may
-send. It is read leniently (`read_context`): whatever is wrong with it is
-left out, never a deny.
-
-Output, as each agent reads it:
+Pure translation plus one transport-agnostic runner (`answer_hook`), shared by the bot's
+`POST /hooks/claude-code` endpoint and the `approval-bot hook …` commands. No path a client
+sends is ever read here; `approval_context` (`CONTEXT_FIELD`) is read leniently.
 
     event              approved                         denied / expired / error / asked
     PreToolUse         permissionDecision "allow"       permissionDecision "deny"
@@ -22,23 +10,8 @@ Output, as each agent reads it:
     PermissionRequest  decision.behavior "allow"        decision.behavior "deny" + message
 
 Only `approved` allows; every other status denies, a status this code does not know too.
-`asked` (a reviewer's question instead of a decision) is a deny whose reason carries the
-question and asks the model to answer it in the text it writes before retrying the call
-(`approvals._internal.questions.agent_text`): that text is the retry's reason, shown to the
-reviewer as the answer.
-
-Claude Code shows `permissionDecisionReason` to Claude only on deny, and a
-PermissionRequest `message` is read only on deny; so an approval's typed
-input or choice also travels in PreToolUse `additionalContext` (Claude's
-context) and in PermissionRequest `systemMessage` (shown to the user).
-When no decision comes in time the outcome is the configured `on_timeout`:
-`deny`, or `ask` — Claude Code PreToolUse answers "ask" (its own prompt);
-everywhere else `ask` is no output, which leaves the agent's normal flow —
-or `defer` (Claude Code PreToolUse in `claude -p`, v2.1.89+): the request stays
-pending in Slack, Claude Code stops with the call deferred, and the same hook
-answers the decision when the session is resumed (`claude -p --resume ID`;
-`tool_use_id` finds the same request). Where defer does not exist (Codex,
-PermissionRequest) it is a deny and the request is withdrawn.
+The fields read, `asked`, typed input and `on_timeout` (deny, ask, defer): docs/ARCHITECTURE.md,
+"Hook input" and "Hook output".
 """
 
 from __future__ import annotations
@@ -598,27 +571,13 @@ async def answer_hook(
     cancel_call: CancelCall | None = None,
     report: Report | None = None,
 ) -> dict[str, Any] | None:
-    """Review one hook call: submit it, wait, answer — all within `timeout` seconds.
-
-    `timeout` is the hook's own timeout minus a margin (`time_budget`), less what the agent's
-    clock already ran; the agent takes a hook that runs past its timeout for no decision, so
-    no step (a hung submit, a slow withdraw) may outlast it. Returns the output JSON, or None
-    for "print nothing". Input that is not hook JSON raises `InvalidRequest`; a call that
-    cannot be reviewed (too large, say) and any failure to submit or wait deny (fail closed).
-
-    With less than `MIN_ASK_SECONDS` left, nothing is submitted: the answer is the
-    `on_timeout` outcome ("no time left to ask a reviewer"). Otherwise a share of the budget
-    (`withdraw_time`) is kept back for withdrawing: when no decision comes in time,
-    `cancel(id, reason)` withdraws the request so its Slack message says so — and if a
-    decision won the race, that decision is used. When the submit itself is cut off (the
-    budget ran out, or this task was cancelled) the hook never learned the request's id, yet
-    the request may exist: `cancel_call(call_id, reason)` withdraws whatever the call id made.
-    A call without a call id gets a fresh one here, so it can always be found. Callers give
-    the request a deadline no later than the end of this budget, so whatever a failed
-    withdrawal leaves expires as the hook gives up.
-    `report` (when given) is told every problem in one line of plain words: input refused,
-    a failure (with what failed: an address, a refusal), no decision in time, a withdrawal
-    that failed."""
+    """Review one hook call: submit it, wait, answer — all within `timeout` seconds (the
+    hook's own timeout less a margin and what the agent's clock already ran: no step may
+    outlast it). Returns the output JSON, or None for "print nothing". Input that is not hook
+    JSON raises `InvalidRequest`; a call that cannot be reviewed and any failure to submit
+    or wait deny (fail closed). A request nobody waits on any more is withdrawn, by id or by
+    call id (docs/ARCHITECTURE.md, "Nothing left approvable that nobody waits on"). `report`
+    (when given) is told every problem in one line of plain words."""
     tell: Report = report or (lambda line: None)
     if dialect not in DIALECTS:
         raise InvalidRequest(f"unknown hook dialect {dialect!r}; use one of {', '.join(DIALECTS)}")

@@ -1,23 +1,11 @@
 """Drawing digest messages: the Slack side of approval storms
 (approvals/_internal/store/digests.py).
 
-The dispatcher lists a request in its channel's digest when its own post would
-wait behind the channel's pacing (bot/slack/delivery/dispatcher.py `_storming`); the digest is
-then marked dirty in Redis. `DigestDrawer` (one per dispatcher, on every
-replica) draws dirty digests that are due: under the digest's draw lock
-(`digest_begin.lua`; a lock of a replica that is gone is taken over), it posts
-the digest's message the first time — ahead of the channel's queued posts (a
-priority wait on the channel's pace) and exactly once: an attempt that follows
-one whose outcome nobody saw adopts the copy it finds in the channel's history
-(metadata `approval_digest`), retires every other copy it finds (recorded until
-retired), and reads the history once more later for a copy that lands after it
-(`DigestOptions.recheck`) — and afterwards updates it with chat.update,
-through the workspace-wide budget every chat.update shares (bot/slack/delivery/calls.py
-`UPDATE_PACE`; Slack's chat.update is a Tier 3 method, about 50 a minute), at
-most once per digest per `digest_interval`
-however many of its rows changed. What it drew is recorded (`digest_drawn.lua`);
-a digest that changed meanwhile stays dirty. Work owed survives a restart: the
-dirty set is in Redis, and every replica looks at it.
+`DigestDrawer` (one per dispatcher, on every replica) draws the dirty digests that are due,
+under each digest's draw lock (`digest_begin.lua`): it posts a digest's message once, ahead
+of the channel's queued posts, adopting or retiring copies an unseen attempt left, then
+updates it with chat.update at most once per `digest_interval`, and records what it drew
+(`digest_drawn.lua`). Why it is built so: docs/ARCHITECTURE.md, "Approval storms".
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """The outbox dispatcher: posts and updates Slack messages, paced per channel, never dropping.
 
-Reads `Keys.outbox` in the `bot` consumer group, at most `max_in_flight`
-entries in memory at a time. Each channel gets its own worker, so one slow or
-rate-limited channel does not hold up the others. HTTP 429 waits `Retry-After`
-and tries again; a permanent Slack error on a post resolves the request as an
-`error`, so no agent waits on a message that will never come. An entry is
-acked only once it is handled: one whose handling failed (Slack down, Redis
-blip) stays owed in this consumer's pending list and is taken again after a
-backoff, until it is delivered or its request has ended (the sweeper ends it at
-its deadline). Owed entries show in /metrics (`approvals_slack_owed`) and logs.
-
-Each replica heartbeats (`Keys.replica`); every `reap_interval` it takes the
-entries of consumers whose heartbeat has expired (approvals/_internal/store/outbox.py).
-
-A post is counted before it is made and recorded after (approvals/_internal/store/posting.py);
-an attempt that follows one whose outcome nobody saw first looks for that copy
-in the channel's history and adopts it (bot/slack/delivery/copies.py). A decision drawn on a
-request draws on every copy it has.
-
-A retry that answers a reviewer's question (`ApprovalRequest.answers`,
-approvals/_internal/questions.py) is posted as a reply in the asked request's thread, by the same
-begin/record steps (its earlier copies looked for in that thread), never as a digest row; once
-recorded, the asked request is marked answered (`Posting.answered`) and its message redrawn
-(an `answered` outbox entry: a redraw, not a decision).
+Reads `Keys.outbox` in the `bot` consumer group, one worker per channel; a 429 waits
+`Retry-After`, a permanent error on a post resolves the request as `error`, and an entry is
+acked only once handled (an owed one is taken again after a backoff; a dead replica's are
+reaped). A post is counted before it is made and recorded after, so an unseen attempt's copy
+is adopted (bot/slack/delivery/copies.py); a retry that answers a reviewer's question is
+posted in the asked request's thread. Details: docs/ARCHITECTURE.md, "Post" and "The outbox
+and replicas".
 """
 
 from __future__ import annotations
