@@ -242,10 +242,16 @@ def mask_lines(lines: list[str], prefixes: list[str], *, hide: Iterable[str] = (
     """`lines` masked as one text (a secret spread over several is found whole), each put
     back behind its `prefix` (a diff's `+`, `-`, ` `), so a prefix never joins the text it
     stands before (a `+` before a base64 key would hide its start from the rules). A mask
-    stands on the first line of what it covers; the other lines it covers are left empty."""
+    stands on the first line of what it covers; the other lines it covers are left empty.
+
+    The lines are then read once more with their prefixes, as a whole-message scan reads
+    them (a `-` before a word looks like a command-line flag, `-pass VALUE`): what either
+    reading finds is masked."""
+    hidden = tuple(hide)
     text = "\n".join(lines)
-    shown = _mask_text(text, tuple(hide), keep_lines=True).split("\n")
-    return [p + line for p, line in zip(prefixes, shown, strict=True)]
+    shown = _mask_text(text, hidden, keep_lines=True).split("\n")
+    prefixed = "\n".join(p + line for p, line in zip(prefixes, shown, strict=True))
+    return _mask_text(prefixed, hidden, keep_lines=True).split("\n")
 
 
 _mask_text_cached = functools.lru_cache(maxsize=CACHE_SIZE)(_mask_text)
