@@ -1,35 +1,13 @@
 """Approve-for-session grants: the scopes a reviewer may choose, and what each one allows.
 
-Internal to approval-bot (not a stable API); agents import from `approvals`.
-
-A grant is bound to its caller — principal, session, agent and tool — and to
-the scope the reviewer chose when approving "for the session":
-
-    call     this exact call again: the same arguments (and command, path, cwd,
-             permissions), nothing else — the default
-    prefix   shell-like tools only: commands whose program and leading words are
-             the approved command's (`Bash(npm test:*)`): `npm test -- -k x` yes,
-             `npm publish` no. Read with the shell-command model
-             (`approvals/_internal/shell/`). Offered only when the approved command is
-             one plain simple command (`plain_command`: no wrapper, assignment,
-             redirection, substitution, expansion or glob; its program named, not a
-             path) whose program does not run whatever follows it (`RUNS_ANYTHING`:
-             `sudo`, `sh`, `env`, `xargs`, interpreters, …) and whose program and leading
-             words are written as they are (no quotes or escapes in them). A later
-             command is allowed only when every one of its simple commands is plain
-             and starts with those words, normalised and as written: `npm test &&
-             npm test -- --watch` yes; `npm test; curl x | sh`, `CI=1 npm test`,
-             `timeout 5 npm test`, `npm test > out`, `npm test $(id)` and
-             `/usr/bin/npm test` (a path may name another program than the `npm` on
-             PATH) no; an unanalysable command never.
-    tool     every call of the tool, only where the route allows it
-             (`allow_tool_grants: true`)
-
-The reviewer sees each scope as the exact text of what it would allow
-(`ScopeOption.label`), and the message, the audit log and `approval-bot
-grants` show the chosen one. A grant answers only yes/no requests (kind
-`approval`) on the route it was given on. Pure: no Redis (the store is
-`approvals/_internal/store/grants.py`).
+Internal to approval-bot (not a stable API). A grant is bound to its caller (principal,
+session, agent, tool), its route and the scope the reviewer chose: `call` (this exact call
+again, the default), `prefix` (shell-like tools: one plain simple command whose program does
+not run what follows it, `RUNS_ANYTHING`; later commands whose every simple command starts
+with the same words, normalised and as written), `tool` (only where the route allows it).
+Each scope is shown as the exact text of what it allows (`ScopeOption.label`). Pure: no
+Redis (`approvals/_internal/store/grants.py`). What a prefix allows and refuses:
+docs/ARCHITECTURE.md, "Grants".
 """
 
 from __future__ import annotations

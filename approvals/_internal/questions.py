@@ -1,28 +1,10 @@
 """Asking the agent: a reviewer's question instead of a decision, and the retry that answers it.
 
-Internal to approval-bot (not a stable API); agents import from `approvals`.
-
-On a yes/no request whose route allows it (`allow_questions`, the default), a reviewer (anyone
-who may decide it) may ask the agent a question (at most `MAX_QUESTION` characters). Asking is
-a decision: the request ends `asked` through the same compare-and-set as a deny
-(`resolve.lua`, bound to the version of the arguments the reviewer saw and, on a quorum route,
-to the route round they were checked on). One reviewer's question ends it, quorum or not: the
-agent must answer before anyone can decide well. `asked` is a deny-kind end: the call does not
-run, and every surface that maps a status to allow/deny denies it; the agent is told the
-question in its own terms (`agent_text`) and asked to answer it in the reason it gives when it
-retries.
-
-When the request has a session, the same script leaves a link (`Keys.question`: principal,
-session and tool) to the asked request, living as long as the route gave the request to be
-decided (`link_seconds`). The caller's next request for that tool in that session (same or
-edited arguments) takes the link in `create.lua`: it records the question it answers
-(`ApprovalRequest.answers`) and, asked of reviewers, is posted as a reply in the asked
-request's thread, its reason shown as the answer (`bot/slack/delivery/dispatcher.py`); once
-posted there, `answered.lua` marks the asked request, whose message then says "answered in
-the thread". (A retry a policy rule or a grant decides at once takes the link too: no later
-call is shown as the answer.) A call id whose request ended `asked`, used again with another
-reason, makes a new request (`ApprovalStore.create`): an agent whose calls keep their id (a
-Codex permission request in the same turn) is not answered the old question again.
+Internal to approval-bot (not a stable API). Who may ask (who may decide, on a yes/no request
+whose route allows questions), the question's bounds (`MAX_QUESTION`), what the agent is told
+(`agent_text`), and the link (`Keys.question`, `link_seconds`) that lets the caller's next
+request for the tool in that session be posted in the asked request's thread. How the
+scripts and the dispatcher use it: docs/ARCHITECTURE.md, "Compare-and-set" and "Questions".
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """A request's risk hints: its shell command's and its file writes', merged once when the
 request is made.
 
-Internal to approval-bot (not a stable API). `draft_request`
-(`approvals/_internal/service.py`) stores `request_risks(event)` on the request
-(`ApprovalRequest.risks`), so the Slack message, App Home, the Details modal, `approval-bot
-show`, the approval object and the MCP answers all show the one list the reviewer and the
-agent both see; nothing is found again at render time.
-
-- A shell command (`approvals/_internal/shell/`: kind `command` events and shell tools):
-  every risk `risks.detect` finds, `unanalysable` among them, paths judged against `cwd`.
-- A file write (a kind `file` event's `path`, and every file of the call context's diffs):
-  `file_risks.file_risks` (`writes_outside_cwd`, `writes_sensitive_path`).
-
-Merged in the order found (the command's first), each (code, text) once, each text within
-`MAX_RISK_TEXT`; at most `MAX_RISKS_PER_CODE` lines per code, the rest of that code counted
-in one more line, so every code found is kept (rules and agents match on codes) and a
-hostile command's thousand deletes cost a few lines. A call with neither a command nor a
-file write costs two attribute reads.
+Internal to approval-bot (not a stable API). `draft_request` stores `request_risks(event)` on
+the request (`ApprovalRequest.risks`), so every surface and the agent read the one list.
+Merged in the order found (the command's first), each (code, text) once, at most
+`MAX_RISKS_PER_CODE` lines per code plus one counting the rest (docs/ARCHITECTURE.md, "The
+policy").
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Block Kit for a request's risk hints and the parsed view of its shell command (pure: dicts
 out).
 
-The risk hints are the request's own (`ApprovalRequest.risks`, found once when it was made:
-`approvals/_internal/risk_hints.py`), one line each: `⚠️ *recursive delete*: rm -r of build`.
-The parsed view is the command as simple commands after unwrapping, one line each
-(`approvals._internal.shell.explain`: `rm -f -r build   (via timeout 5, env; with CI=1)`
-behind `CI=1 timeout 5 env rm -fr build`), shown only when it says more than the command
-text (`_as_written`: `ls -la && git status` shows none).
-
-On a request's message (`bot.slack.render.request_message`) the risk lines stand under the
-*Why:* (at most `INLINE_RISKS`) and the parsed view under the command (at most
-`INLINE_PARSED` lines); the rest is in the Details modal (`details_blocks`, drawn by
-`bot.slack.render.call_context.details_blocks`). App Home and `/approvals` rows show
-`INLINE_HOME_RISKS` lines, a digest row one count (`summary`).
-
-Masked as the rest of the request is (`_View.mask`: the rules and the values the request
-hides), and also with what masking the command itself hides (`bot.masking.masker.hidden_in`),
-so the parsed view never shows plain what the command shows masked; a line that would still
-show a piece of a secret (`masker.shows_piece_of`: cut short by a risk's text, or spelled
-out as `-p -H -u -n …` of `-pHunter2`) is not shown. Under
-`secret` sensitivity only each risk's title is shown, and no parsed view.
+One line per stored risk (`ApprovalRequest.risks`: `⚠️ *recursive delete*: rm -r of build`)
+and per simple command after unwrapping (`approvals._internal.shell.explain`), the latter
+only when it says more than the command text. A few inline on the message, App Home and
+`/approvals`, a count on a digest row, the rest in the Details modal. Masked as the rest of
+the request, and also with what masking the command itself hides; a line that would still
+show a piece of a secret is left out; under `secret` sensitivity only the risks' titles.
+Limits and the reasons: docs/ARCHITECTURE.md, "Risk hints" and "Masking".
 """
 
 from __future__ import annotations
