@@ -311,6 +311,27 @@ class ApprovalService:
                 return None
         return "not_reviewer"
 
+    async def _open_for(
+        self, request_id: str, actor: Actor, version: str | None
+    ) -> tuple[ApprovalRequest, str] | VoteResult:
+        """The pending request `actor` may decide and the version bound (`version`, else the
+        current one), or the result that ends the attempt: `closed` (no longer pending),
+        `stale` (edited since `version`). `NotAllowed` when the actor may not decide it."""
+        request = await self.store.get(request_id)
+        if not request.is_pending:
+            return VoteResult("closed", request)
+        seen = current_version(request) if version is None else version
+        if seen != current_version(request):
+            return VoteResult("stale", request)
+        refusal = await self.may_decide(request, actor)
+        if refusal == "self":
+            raise NotAllowed(
+                "you asked for this approval; someone else has to decide", details=refusal
+            )
+        if refusal is not None:
+            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        return request, seen
+
     async def decide(
         self,
         request_id: str,
@@ -340,19 +361,10 @@ class ApprovalService:
         for name, text in (("reason", reason), ("input", input)):
             if text is not None and len(text) > MAX_TEXT:
                 raise InvalidRequest(f"{name} is longer than {MAX_TEXT} characters", details=name)
-        request = await self.store.get(request_id)
-        if not request.is_pending:
-            return VoteResult("closed", request)
-        seen = current_version(request) if version is None else version
-        if seen != current_version(request):
-            return VoteResult("stale", request)
-        refusal = await self.may_decide(request, actor)
-        if refusal == "self":
-            raise NotAllowed(
-                "you asked for this approval; someone else has to decide", details=refusal
-            )
-        if refusal is not None:
-            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        opened = await self._open_for(request_id, actor, version)
+        if isinstance(opened, VoteResult):
+            return opened
+        request, seen = opened
         if outcome == "approve":
             self._check_answer(request, input, selection, for_session, scope)
         if actor.via in TRUSTED_VIA:
@@ -434,19 +446,10 @@ class ApprovalService:
             raise InvalidRequest(
                 f"question is longer than {MAX_QUESTION} characters", details="question"
             )
-        request = await self.store.get(request_id)
-        if not request.is_pending:
-            return VoteResult("closed", request)
-        seen = current_version(request) if version is None else version
-        if seen != current_version(request):
-            return VoteResult("stale", request)
-        refusal = await self.may_decide(request, actor)
-        if refusal == "self":
-            raise NotAllowed(
-                "you asked for this approval; someone else has to decide", details=refusal
-            )
-        if refusal is not None:
-            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        opened = await self._open_for(request_id, actor, version)
+        if isinstance(opened, VoteResult):
+            return opened
+        request, seen = opened
         if not questions_offered(request):
             raise InvalidRequest(
                 "asking the agent is not offered for this request", details="question"
@@ -491,19 +494,10 @@ class ApprovalService:
         edited since is left alone: `stale`. Refusals as in `decide`."""
         if note is not None and len(note) > MAX_TEXT:
             raise InvalidRequest(f"note is longer than {MAX_TEXT} characters", details="note")
-        request = await self.store.get(request_id)
-        if not request.is_pending:
-            return VoteResult("closed", request)
-        seen = version if version is not None else current_version(request)
-        if seen != current_version(request):
-            return VoteResult("stale", request)
-        refusal = await self.may_decide(request, actor)
-        if refusal == "self":
-            raise NotAllowed(
-                "you asked for this approval; someone else has to decide", details=refusal
-            )
-        if refusal is not None:
-            raise NotAllowed("you are not one of the reviewers for this request", details=refusal)
+        opened = await self._open_for(request_id, actor, version)
+        if isinstance(opened, VoteResult):
+            return opened
+        request, seen = opened
         edited = check_edit(request, arguments)
         proposal = Proposal(
             arguments=edited,
