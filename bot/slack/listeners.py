@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -564,44 +564,18 @@ class Listeners:
         """Decide as the clicker, for the `version` of the arguments the control was drawn
         on (every Slack control names one: `ids.control_value`, a modal's metadata)."""
         user = _user(body)
-        try:
-            result = await self.ctx.service.decide(
-                request_id,
-                outcome,
-                Actor(user, via="slack"),
-                reason=reason,
-                input=input,
-                selection=selection,
-                for_session=for_session,
-                scope=scope,
-                version=version,
-            )
-        except NotFound:
-            await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
-            return None
-        except NotAllowed as e:
-            request = await self.ctx.store.get(request_id)
-            log.info("click refused id=%s user=%s why=%s", request_id, user, e.details)
-            await self._ephemeral(
-                body, modals.refusal_text(_refusal_kind(e.details), request), channel=channel
-            )
-            return None
-        except InvalidRequest as e:
-            await self._ephemeral(body, f"That did not work: {e.message}", channel=channel)
-            return None
-        self.ctx.metrics.slack_clicks.labels(result=result.status).inc()
-        await self._explain(body, result, channel)
-        await self._redraw_reply(body, result.request)
-        log.info(
-            "click id=%s user=%s outcome=%s result=%s route=%s principal=%s",
+        decided = self.ctx.service.decide(
             request_id,
-            user,
             outcome,
-            result.status,
-            result.request.route,
-            result.request.principal or "-",
+            Actor(user, via="slack"),
+            reason=reason,
+            input=input,
+            selection=selection,
+            for_session=for_session,
+            scope=scope,
+            version=version,
         )
-        return result
+        return await self._attempt(body, request_id, decided, channel, f"click outcome={outcome}")
 
     async def _ask(
         self,
@@ -613,17 +587,32 @@ class Listeners:
     ) -> VoteResult | None:
         """Ask the agent `question` as the clicker, for the `version` the dialog was drawn on:
         the request ends `asked` (`ApprovalService.ask`); late, stale or refused as `_decide`."""
+        asked = self.ctx.service.ask(
+            request_id, Actor(_user(body), via="slack"), question, version=version
+        )
+        return await self._attempt(body, request_id, asked, channel, "question")
+
+    async def _attempt(
+        self,
+        body: Body,
+        request_id: str,
+        attempt: Coroutine[Any, Any, VoteResult],
+        channel: str | None,
+        what: str,
+    ) -> VoteResult | None:
+        """Run a decision (`attempt`) for the clicker: a refusal, an unknown id or bad input
+        is an ephemeral message; otherwise the clicker is told how it went, an `/approvals`
+        reply is redrawn, and it is counted and logged (`what`: the log line's event)."""
         user = _user(body)
+        event = what.split(" ", 1)[0]
         try:
-            result = await self.ctx.service.ask(
-                request_id, Actor(user, via="slack"), question, version=version
-            )
+            result = await attempt
         except NotFound:
             await self._ephemeral(body, modals.refusal_text("not_found"), channel=channel)
             return None
         except NotAllowed as e:
             request = await self.ctx.store.get(request_id)
-            log.info("question refused id=%s user=%s why=%s", request_id, user, e.details)
+            log.info("%s refused id=%s user=%s why=%s", event, request_id, user, e.details)
             await self._ephemeral(
                 body, modals.refusal_text(_refusal_kind(e.details), request), channel=channel
             )
@@ -635,7 +624,8 @@ class Listeners:
         await self._explain(body, result, channel)
         await self._redraw_reply(body, result.request)
         log.info(
-            "question id=%s user=%s result=%s route=%s principal=%s",
+            "%s id=%s user=%s result=%s route=%s principal=%s",
+            what,
             request_id,
             user,
             result.status,
