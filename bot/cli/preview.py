@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote
 
 from bot.cli.connect import CliError, on_store, policy_for, run_async
-from bot.cli.requests import add_call_arguments
+from bot.cli.requests import add_call_arguments, call_from_arguments
 
 if TYPE_CHECKING:
     from approvals.models import ApprovalRequest
@@ -80,33 +80,10 @@ def draft(args: argparse.Namespace, settings: Settings) -> ApprovalRequest:
     """The request the bot would make for the call in `args` (nothing stored)."""
     from datetime import UTC, datetime
 
-    from pydantic import ValidationError
-
     from approvals._internal.service import draft_request
     from approvals.errors import InvalidRequest
-    from approvals.models import ApprovalConfig, ApprovalEvent
-    from bot.cli.requests import request_problems
 
-    try:
-        arguments = json.loads(args.args)
-    except ValueError as e:
-        raise CliError(f"--args is not valid JSON: {e}") from e
-    if not isinstance(arguments, dict):
-        raise CliError('--args must be a JSON object, e.g. \'{"env": "prod"}\'')
-    options = tuple(o.strip() for o in args.options.split(",")) if args.options else None
-    try:
-        config = ApprovalConfig(
-            kind=args.kind,
-            options=options,
-            prompt=args.prompt,
-            sensitivity=args.sensitivity,
-            allow_for_session=args.allow_for_session,
-        )
-        event = ApprovalEvent(
-            tool_name=args.tool, arguments=arguments, session_id=args.session_id, agent=args.agent
-        )
-    except ValidationError as e:
-        raise CliError("invalid request:\n" + "\n".join(request_problems(e))) from e
+    _, config, event = call_from_arguments(args)
     try:
         request, _ = draft_request(
             policy_for(settings), event, config, now=datetime.now(UTC), route=args.route

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from approvals._internal.service import Actor
     from approvals._internal.store.store import ApprovalStore
     from approvals.client import ApprovalClient
-    from approvals.models import ApprovalRequest
+    from approvals.models import ApprovalConfig, ApprovalEvent, ApprovalRequest
     from bot.core.settings import Settings
 
 
@@ -490,12 +490,14 @@ class StopSignals:
             self._task.uncancel()
 
 
-async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
-    import asyncio
-
+def call_from_arguments(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], ApprovalConfig, ApprovalEvent]:
+    """The call `add_call_arguments` read (with `--tool`, and `--deadline`/`--call-id` where a
+    command has them): its arguments, config and event; a `CliError` naming every problem,
+    one line per flag."""
     from pydantic import ValidationError
 
-    from approvals.errors import ApprovalTimeout
     from approvals.models import ApprovalConfig, ApprovalEvent
 
     try:
@@ -506,29 +508,39 @@ async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: Tex
         raise CliError('--args must be a JSON object, e.g. \'{"env": "prod"}\'')
     options = tuple(o.strip() for o in args.options.split(",")) if args.options else None
     problems: list[str] = []
+    config = event = None
     try:
         config = ApprovalConfig(
             kind=args.kind,
             options=options,
             prompt=args.prompt,
             sensitivity=args.sensitivity,
-            deadline_seconds=args.deadline,
-            allow_for_session=getattr(args, "allow_for_session", False),
+            deadline_seconds=getattr(args, "deadline", None),
+            allow_for_session=args.allow_for_session,
         )
     except ValidationError as e:
         problems += request_problems(e)
     try:
-        ApprovalEvent(
+        event = ApprovalEvent(
             tool_name=args.tool,
             arguments=arguments,
-            call_id=args.call_id,
+            call_id=getattr(args, "call_id", None),
             session_id=args.session_id,
             agent=args.agent,
         )
     except ValidationError as e:
         problems += request_problems(e)
-    if problems:
+    if problems or config is None or event is None:
         raise CliError("invalid request:\n" + "\n".join(problems))
+    return arguments, config, event
+
+
+async def cmd_request(args: argparse.Namespace, client: ApprovalClient, out: TextIO) -> int:
+    import asyncio
+
+    from approvals.errors import ApprovalTimeout
+
+    arguments, config, _ = call_from_arguments(args)
     with StopSignals() as stopping:
         approval = await client.request(
             args.tool,
