@@ -12,6 +12,7 @@ command gets a problem (unanalysable), never an exception.
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ def parse_script(text: str, budget: Budget, context: tuple[str, ...] = ()) -> Sc
     if len(source) > MAX_BYTES:
         script.problem(f"longer than {MAX_BYTES // 1024} KiB: too large to analyse")
         return script
-    tree = _parse(source, budget)
+    tree = _parse(_without_astral(source), budget)
     if tree is None:
         script.problem("too complex to parse within its time budget")
         return script
@@ -123,6 +124,20 @@ def parse_script(text: str, budget: Budget, context: tuple[str, ...] = ()) -> Sc
     if walk.reader.misread:
         script.problem("a word runs across a line break: the parser misread the command")
     return script
+
+
+#: A character past U+FFFF: four bytes of UTF-8.
+_ASTRAL = re.compile(rb"[\xf0-\xf7][\x80-\xbf]{3}")
+
+
+def _without_astral(source: bytes) -> bytes:
+    """`source` with each character past U+FFFF written `++++` (the same four bytes long, so
+    every node's offsets still slice the real text): tree-sitter-bash 0.25 reads out of
+    bounds, and can crash the process, on such a character after a `{` (upstream
+    tree-sitter-bash#337). To the shell both are plain word characters; `+` joins no name."""
+    if max(source, default=0) < 0xF0:
+        return source
+    return _ASTRAL.sub(b"++++", source)
 
 
 def _parse(source: bytes, budget: Budget) -> tree_sitter.Tree | None:

@@ -4,7 +4,11 @@ command is unanalysable, never an exception."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +23,8 @@ from approvals._internal.shell.words import (
     text_of,
     unquoted_parts,
 )
+
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def programs(command: str) -> list[str | None]:
@@ -217,3 +223,49 @@ def test_an_analyser_failure_is_unanalysable_never_an_exception(
     assert isinstance(parsed, ParsedCommand)
     assert not parsed.analysable
     assert "RuntimeError" in parsed.problems[0]
+
+
+@pytest.mark.slow(reason="six child processes of 20,000 parses each")
+def test_characters_past_the_bmp_after_a_brace_do_not_crash_the_process() -> None:
+    """tree-sitter-bash 0.25 reads out of bounds on a character past U+FFFF after a `{` and
+    can kill the process (SIGSEGV or SIGBUS, by memory layout: without the fix, 9 of 24 runs
+    of this loop died on this VM). An agent's command must never do that. Run in child
+    processes (a crash would take the test runner with it), each with its own layout."""
+    child = Path(__file__).with_name("astral_child.py")
+    for seed in (3, 4, 5, 19, 22, 24):
+        done = subprocess.run(
+            [sys.executable, str(child), str(seed)],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "ok", (seed, done.returncode)
+
+
+def test_the_parser_is_never_given_a_character_past_the_bmp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What tree-sitter reads has each such character as `++++`: the same byte length, so
+    the words, sliced from the real text, keep it."""
+    given: list[bytes] = []
+    real = parse_module._parse
+
+    def spy(source: bytes, budget: parse_module.Budget) -> object:
+        given.append(source)
+        return real(source, budget)
+
+    monkeypatch.setattr(parse_module, "_parse", spy)
+    text = "ls {😀,b} 𱡀 && echo 'é✅'"
+    analyse(text)
+    assert given and all(max(g) < 0xF0 for g in given)
+    assert len(given[0]) == len(text.encode())
+    assert given[0] == "ls {++++,b} ++++ && echo 'é✅'".encode()
+
+
+def test_characters_past_the_bmp_keep_their_text_in_the_words() -> None:
+    parsed = analyse('rm -rf 🐛dir && echo "fix 🐛" {😀,b}')
+    words = [[w.text for w in c.words] for c in parsed.commands]
+    assert [c.program for c in parsed.commands] == ["rm", "echo"]
+    assert words == [["-rf", "🐛dir"], ["fix 🐛", "😀", "b"]]
