@@ -10,7 +10,6 @@ import asyncio
 import copy
 import json
 import re
-import time
 from typing import Any
 
 import aiohttp
@@ -22,7 +21,7 @@ from bot.cli.main import main
 from bot.core.app import Bot
 from bot.slack import action_ids as ids
 from tests.support.credentials import API_TOKEN
-from tests.support.e2e import CHANNEL, BotFactory, posted_message
+from tests.support.e2e import CHANNEL, BotFactory, bash_hook, posted_message
 from tests.support.slack_emulator import SlackEmulator
 
 HEADERS = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -37,29 +36,6 @@ POLICY = {
         }
     ],
 }
-
-
-def pre_tool_use(command: str, session: str = "cc-risks") -> dict[str, Any]:
-    return {
-        "session_id": session,
-        "transcript_path": "/tmp/transcript.jsonl",
-        "cwd": "/srv/app",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "run it"},
-        "tool_use_id": f"toolu_{time.monotonic_ns()}",
-        "permission_mode": "default",
-    }
-
-
-async def hook(
-    http: aiohttp.ClientSession, bot: Bot, command: str, query: str = "timeout=30"
-) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?{query}"
-    async with http.post(url, json=pre_tool_use(command), headers=HEADERS) as resp:
-        assert resp.status == 200
-        body: dict[str, Any] = await resp.json()
-    return body["hookSpecificOutput"]
 
 
 async def pending_id(bot: Bot, command: str) -> str:
@@ -102,7 +78,7 @@ async def test_a_bash_call_shows_its_risks_everywhere(
     bot = await make_bot(parse_policy(copy.deepcopy(POLICY), source="risks.yaml"))
     assert bot.ctx is not None
     command = "CI=1 timeout 5 env rm -fr build"
-    call = asyncio.create_task(hook(http, bot, command))
+    call = asyncio.create_task(bash_hook(http, bot, command))
     rid = await pending_id(bot, command)
     # The message: a line per risk beside the policy's reason, the parsed view under the command.
     _, message = await posted(slack, rid)
@@ -139,7 +115,7 @@ async def test_a_prefix_grant_allows_its_commands_and_nothing_chained_after_them
     policy["rules"] = []  # every command is asked
     bot = await make_bot(parse_policy(policy, source="risks.yaml"))
     assert bot.ctx is not None
-    call = asyncio.create_task(hook(http, bot, "npm test"))
+    call = asyncio.create_task(bash_hook(http, bot, "npm test"))
     rid = await pending_id(bot, "npm test")
     channel, message = await posted(slack, rid)
     assert "commands starting with `npm test`" in json.dumps(message["blocks"])
@@ -149,13 +125,14 @@ async def test_a_prefix_grant_allows_its_commands_and_nothing_chained_after_them
     # Allowed by the grant at once, without a message: the command again, with arguments, and
     # several of it.
     for command in ("npm test", "npm test -- --ci", "npm test && npm test -- --watch=false"):
-        answer = await hook(http, bot, command)
+        answer = await bash_hook(http, bot, command)
         assert answer["permissionDecision"] == "allow", command
     assert len(slack.calls_to("chat.postMessage")) == posts
     # Not a command chained after it, not one with a wrapper, a redirection or a path: each is
     # asked (nobody answers in the hook's 4 s: Claude Code is told to ask its user).
     commands = ("npm test; rm -rf /", "timeout 60 npm test", "npm test > out", "/usr/bin/npm test")
-    calls = [asyncio.create_task(hook(http, bot, c, "timeout=4&on_timeout=ask")) for c in commands]
+    query = "timeout=4&on_timeout=ask"
+    calls = [asyncio.create_task(bash_hook(http, bot, c, query)) for c in commands]
     ids_ = [await pending_id(bot, c) for c in commands]
     chained = await bot.ctx.store.get(ids_[0])
     assert [(h.code, h.text) for h in chained.risks] == [

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from approvals._internal.policy_file import load_policy
 from approvals._internal.store.keys import Keys
 from bot.core.app import Bot
 from tests.support.credentials import API_TOKEN
-from tests.support.e2e import CHANNEL, BotFactory
+from tests.support.e2e import CHANNEL, BotFactory, bash_hook, bash_pre_tool_use
 from tests.support.slack_emulator import SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,32 +32,9 @@ def evasions(expect: str) -> list[str]:
     return [c["cmd"] for c in cases if c["expect"] == expect and "cmd" in c]
 
 
-def pre_tool_use(command: str) -> dict[str, Any]:
-    return {
-        "session_id": "sess-shell",
-        "transcript_path": "/tmp/transcript.jsonl",
-        "cwd": "/srv/app",
-        "hook_event_name": "PreToolUse",
-        "tool_name": "Bash",
-        "tool_input": {"command": command, "description": "run it"},
-        "tool_use_id": f"toolu_{time.monotonic_ns()}",
-        "permission_mode": "default",
-    }
-
-
 async def example_bot(make_bot: BotFactory) -> Bot:
     policy = load_policy(SHELL / "example_policy.yaml", default_channel=CHANNEL)
     return await make_bot(policy)
-
-
-async def hook(
-    http: aiohttp.ClientSession, bot: Bot, command: str, query: str = "timeout=30"
-) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?{query}"
-    async with http.post(url, json=pre_tool_use(command), headers=HEADERS) as resp:
-        assert resp.status == 200
-        body: dict[str, Any] = await resp.json()
-    return body["hookSpecificOutput"]
 
 
 async def test_denied_evasions_are_denied_at_once_without_slack(
@@ -67,7 +43,7 @@ async def test_denied_evasions_are_denied_at_once_without_slack(
     bot = await example_bot(make_bot)
     commands = evasions("deny")
     assert len(commands) > 100
-    answers = await asyncio.gather(*(hook(http, bot, c) for c in commands))
+    answers = await asyncio.gather(*(bash_hook(http, bot, c) for c in commands))
     for command, answer in zip(commands, answers, strict=True):
         assert answer["permissionDecision"] == "deny", command
         reason = answer["permissionDecisionReason"]
@@ -90,7 +66,7 @@ async def test_asked_evasions_reach_slack_and_are_never_allowed(
         "ls && touch marker",
     ]
     answers = await asyncio.gather(
-        *(hook(http, bot, c, "timeout=4&on_timeout=ask") for c in commands)
+        *(bash_hook(http, bot, c, "timeout=4&on_timeout=ask") for c in commands)
     )
     assert [a["permissionDecision"] for a in answers] == ["ask"] * len(commands)
     posted = json.dumps([c.body for c in slack.calls_to("chat.postMessage")])
@@ -116,11 +92,11 @@ async def test_a_read_only_command_is_allowed_without_a_slack_message(
 ) -> None:
     bot = await example_bot(make_bot)
     for command in ("git status && git diff --stat | head -20", "ls -la", "rg TODO src/"):
-        answer = await hook(http, bot, command)
+        answer = await bash_hook(http, bot, command)
         assert answer["permissionDecision"] == "allow", command
     assert await posts_queued(redis, keys) == 0
     assert slack.calls_to("chat.postMessage") == []
-    await hook(http, bot, "touch marker", "timeout=2&on_timeout=deny")  # asked: it posts
+    await bash_hook(http, bot, "touch marker", "timeout=2&on_timeout=deny")  # asked: it posts
     assert await posts_queued(redis, keys) == 1
 
 
@@ -136,7 +112,7 @@ async def run_command_hook(bot: Bot, command: str) -> dict[str, Any]:
         stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
     )  # fmt: skip
     out, err = await asyncio.wait_for(
-        proc.communicate(json.dumps(pre_tool_use(command)).encode()), 30
+        proc.communicate(json.dumps(bash_pre_tool_use(command)).encode()), 30
     )
     assert proc.returncode == 0, err.decode()
     output: dict[str, Any] = json.loads(out)["hookSpecificOutput"]

@@ -338,6 +338,32 @@ class Reviewer:
         }
 
 
+def bash_pre_tool_use(command: str, session: str = "sess-shell") -> dict[str, Any]:
+    """Claude Code's PreToolUse event for a Bash call, as its hooks send it."""
+    return {
+        "session_id": session,
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/srv/app",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "run it"},
+        "tool_use_id": f"toolu_{time.monotonic_ns()}",
+        "permission_mode": "default",
+    }
+
+
+async def bash_hook(
+    http: aiohttp.ClientSession, bot: Bot, command: str, query: str = "timeout=30"
+) -> dict[str, Any]:
+    """`POST /hooks/claude-code` of a Bash call; the answer's `hookSpecificOutput`."""
+    url = f"http://127.0.0.1:{bot.port}/hooks/claude-code?{query}"
+    headers = {"Authorization": f"Bearer {API_TOKEN}"}
+    async with http.post(url, json=bash_pre_tool_use(command), headers=headers) as resp:
+        assert resp.status == 200
+        body: dict[str, Any] = await resp.json()
+    return body["hookSpecificOutput"]
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
